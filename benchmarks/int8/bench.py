@@ -13,7 +13,9 @@ torch.onnx.export and quantized with onnxruntime's quantize_static (uint8 activa
 calibrated on 16 random inputs) in its QDQ and QOperator formats. All variants are built into one ksbuild package
 (the portable x86-64 build, the kernel layer from ksbuild's cache) and timed against onnxruntime with one thread
 (median of samples taken in turn, ratios < 1: ksbuild faster). Also printed: how many output elements equal
-onnxruntime's exactly, and top-1 agreement of the quantized model with the float one over 64 random inputs (the
+onnxruntime's exactly ("= ort": 1.000 for every int8 row on x86-64 with AVX2, where QLinearAdd is onnxruntime's
+arithmetic too; below 1 only through the operators that docs/quantization.md lists as within one step, whose
+differences then grow through the layers after them), and top-1 agreement of the quantized model with the float one over 64 random inputs (the
 benchmark's check that the requantization is right, not only fast).
 """
 from __future__ import annotations

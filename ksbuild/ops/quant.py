@@ -78,6 +78,76 @@ def multiply_quantized(b, a: Atom, a_scale: Atom, a_zp: Atom | None, x: Atom, x_
     return b.convert(q, dtype=compute)
 
 
+def add_quantized(b, a: Atom, x: Atom, ratio_a: float, ratio_x: float, fixed: float, dtype: str,
+                  compute: str) -> Atom:
+    """The sum of two 8-bit tensors of one shape as onnxruntime's QLinearAdd computes it on x86-64 with AVX2 (MLAS
+    qladd_avx2.cpp; add_ratios gives the constants): a · ratio_a + (x · ratio_x + fixed) in f32, each product and
+    sum one fused multiply-add, rounded half to even and saturated to dtype. The C++ is written so that GCC's
+    contraction (-ffp-contract=fast, the default for C++) makes exactly those two fused operations where the
+    instruction set has them (x86-64-v3 and v4, the levels on which onnxruntime runs that kernel); without FMA the
+    two products round separately (the reference interpreter too), within one step of it."""
+    lo, hi = INT_RANGES[dtype]
+    f = Type("f32")
+    inner = b.add(b.mul(b.convert(x, dtype="f32"), Lit(ratio_x, f)), Lit(fixed, f))
+    v = b.add(b.mul(b.convert(a, dtype="f32"), Lit(ratio_a, f)), inner)
+    q = round_to_saturate(b, v, dtype)
+    q = b.max(b.min(q, Lit(float(hi), f)), Lit(float(lo), f))
+    return b.convert(q, dtype=compute)
+
+
+def add_ratios(a_scale: float, a_zp: int, x_scale: float, x_zp: int, y_scale: float, y_zp: int):
+    """(ratio_a, ratio_x, fixed) of add_quantized, in f32 as MLAS computes them: a_scale / y_scale,
+    x_scale / y_scale and y_zp - fma(ratio_a, a_zp, ratio_x · x_zp) (onnxruntime's build contracts that sum, as
+    measured against its QLinearAdd over every pair of bytes: docs/quantization.md)."""
+    import numpy as np
+    f32 = np.float32
+    ra, rx = f32(f32(a_scale) / f32(y_scale)), f32(f32(x_scale) / f32(y_scale))
+    return float(ra), float(rx), float(f32(f32(y_zp) - fma_f32(ra, f32(a_zp), f32(rx * f32(x_zp)))))
+
+
+def global_average_quantized(b, x: Atom, axes, scale: float, x_zp: int, y_zp: int, dtype: str,
+                             compute: str) -> Atom:
+    """The average of an 8-bit tensor over `axes` (keeping them) as onnxruntime's QLinearGlobalAveragePool computes
+    it (MLAS qlgavgpool.cpp): the exact int32 sum less x_zp per element, times the f32 `scale` of
+    global_average_scale, rounded half to even, plus y_zp, saturated to dtype. An integer sum (vectorized, no
+    chain of float additions) and one product."""
+    from .reduce import sum as reduce_sum
+    lo, hi = INT_RANGES[dtype]
+    f = Type("f32")
+    total = reduce_sum(b, b.convert(x, dtype="i32"), axes, keepdim=True)
+    count = 1
+    for a in axes:
+        count *= x.type.shape[a]
+    if x_zp:
+        total = b.sub(total, Lit(x_zp * count, Type("i32")))
+    q = round_to_saturate(b, b.mul(b.convert(total, dtype="f32"), Lit(scale, f)), dtype)
+    if y_zp:
+        q = b.add(q, Lit(float(y_zp), f))
+    q = b.max(b.min(q, Lit(float(hi), f)), Lit(float(lo), f))
+    return b.convert(q, dtype=compute)
+
+
+def global_average_scale(x_scale: float, y_scale: float, count: int) -> float:
+    """onnxruntime's scale of a global average: x_scale / (y_scale · count), in f32 as it computes it."""
+    import numpy as np
+    f32 = np.float32
+    return float(f32(f32(x_scale) / f32(f32(y_scale) * f32(count))))
+
+
+def fma_f32(x, y, z):
+    """x · y + z rounded once to f32 (x, y, z f32 values), exactly: the product and sum as fractions, then the
+    nearest f32 (ties to even)."""
+    from fractions import Fraction
+
+    import numpy as np
+    exact = Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z))
+    near = np.float32(float(exact))  # (within one f32 step of the exact value: the nearest is one of three)
+    if not np.isfinite(near):
+        return near
+    cands = [np.nextafter(near, np.float32(-np.inf)), near, np.nextafter(near, np.float32(np.inf))]
+    return min(cands, key=lambda c: (abs(Fraction(float(c)) - exact), int(c.view(np.uint32)) & 1))
+
+
 def _fewer(a: Atom, x: Atom) -> bool:
     """Whether a has (statically) fewer elements than x."""
     na, nx = numel(a.type.shape), numel(x.type.shape)

@@ -93,6 +93,17 @@ def _qgemm_kernel(n: Node, a, bm):
 
 @handler("QLinearAdd", domain=MS)
 def qlinear_add(n: Node):
+    """onnxruntime's arithmetic (ops/quant.py: add_quantized) when both tensors have one shape and the scales and
+    zero points are constants; else the schema's definition (within one step of it)."""
+    known = [n.known(i) if n.has(i) else np.zeros((), np.uint8) for i in (1, 2, 4, 5, 6, 7)]
+    to = n.dtype(7) if n.has(7) else "u8"
+    a, x = n.x(0), n.x(3)
+    if a.type.shape == x.type.shape and to in ("u8", "i8") and n.dtype(0) == to and n.dtype(3) == to and \
+            all(k is not None and k.size == 1 for k in known):
+        a_s, a_z, x_s, x_z, y_s, y_z = (k.reshape(-1)[0] for k in known)
+        if all(np.asarray(s).dtype == np.float32 for s in (a_s, x_s, y_s)):
+            ratios = q.add_ratios(a_s, int(a_z), x_s, int(x_z), y_s, int(y_z))
+            return [Val(q.add_quantized(n.b, a, x, *ratios, to, compute_dtype(to)), None, to)]
     return [_quant(n, n.b.add(_dequant(n, 0, 1, 2), _dequant(n, 3, 4, 5)), 6, 7)]
 
 
@@ -125,9 +136,23 @@ def qlinear_concat(n: Node):
 
 @handler("QLinearGlobalAveragePool", domain=MS)
 def qlinear_global_average_pool(n: Node):
-    x = _dequant(n, 0, 1, 2)
+    """onnxruntime's arithmetic (ops/quant.py: global_average_quantized: an int32 sum and one scale) when the scales
+    and zero points are constants of the input's type; else the schema's definition."""
     first = 1 if n.attr("channels_last", 0) else 2
-    axes = [i for i in range(first, x.type.rank) if not (first == 1 and i == x.type.rank - 1)]
+    rank = n.x(0).type.rank
+    axes = [i for i in range(first, rank) if not (first == 1 and i == rank - 1)]
+    known = [n.known(i) if n.has(i) else np.zeros((), np.uint8) for i in (1, 2, 3, 4)]
+    to = n.dtype(4) if n.has(4) else n.dtype(0)
+    count = 1
+    for a in axes:
+        count = count * n.x(0).type.shape[a] if isinstance(n.x(0).type.shape[a], int) else 0
+    if to in ("u8", "i8") and n.dtype(0) == to and count and all(k is not None and k.size == 1 for k in known):
+        x_s, x_z, y_s, y_z = (k.reshape(-1)[0] for k in known)
+        if np.asarray(x_s).dtype == np.float32 and np.asarray(y_s).dtype == np.float32:
+            scale = q.global_average_scale(x_s, y_s, count)
+            return [Val(q.global_average_quantized(n.b, n.x(0), axes, scale, int(x_z), int(y_z), to,
+                                                   compute_dtype(to)), None, to)]
+    x = _dequant(n, 0, 1, 2)
     return [_quant(n, red.mean(n.b, x, axes, keepdim=True), 3, 4)]
 
 

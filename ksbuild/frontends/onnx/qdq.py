@@ -9,13 +9,15 @@ model as float operators between DequantizeLinear and QuantizeLinear nodes. As o
 - DQ(a), DQ(b) [, DQ(bias)] → Gemm (alpha = beta = 1, no transA) → [Relu | Clip] → Q  becomes com.microsoft QGemm;
 - DQ(x) → MaxPool, Reshape, Flatten, Transpose, Squeeze, Unsqueeze → Q of the same scale and zero point becomes the
   op on the 8-bit tensor (choosing a maximum or moving elements commutes with a monotone quantization);
-- DQ(a), DQ(b) → Mul → Q (per tensor, one 8-bit type) becomes com.microsoft QLinearMul, onnxruntime's rounding.
+- DQ(a), DQ(b) → Mul | Add → Q (per tensor, one 8-bit type) becomes com.microsoft QLinearMul | QLinearAdd, and
+  DQ(x) → GlobalAveragePool → Q com.microsoft QLinearGlobalAveragePool, with onnxruntime's rounding (its optimizer
+  folds them).
 
 A Relu or Clip between the op and Q is folded into the integer operator's output bounds, exactly: quantization
 is monotone, so Q(relu(v)) = max(Q(v), Q(0)) = max(Q(v), y_zero), and Clip's bounds quantize alike. They travel as
 the private attributes ksbuild_lo and ksbuild_hi of the rewritten node (ops_quant.py reads them). The op's output
 must feed that Q alone (and not be a graph output); the DequantizeLinear nodes stay (their outputs may have other
-readers; unread ones cost nothing). Everything else (ReduceMean, Add, Sigmoid, ...) keeps its float form between
+readers; unread ones cost nothing). Everything else (ReduceMean, Sigmoid, ...) keeps its float form between
 DQ and Q, which computes the operator's definition exactly (a region of it that reads one 8-bit tensor becomes a
 table: transforms/tabulate.py).
 """
@@ -183,9 +185,9 @@ def _fold_pass_through(g: _Graph, node):
     return new, q
 
 
-def _fold_mul(g: _Graph, node):
-    """Mul of two per-tensor DQs of one 8-bit type, read by a Q of that type alone: onnxruntime's com.microsoft
-    QLinearMul of the 8-bit tensors (its rounding: ops_quant_contrib.py), or None."""
+def _fold_binary(g: _Graph, node):
+    """Mul or Add of two per-tensor DQs of one 8-bit type, read by a Q of that type alone: onnxruntime's
+    com.microsoft QLinearMul or QLinearAdd of the 8-bit tensors (its rounding: ops_quant_contrib.py), or None."""
     from onnx import helper
     parts = [_dq_parts(g, g.made_by(i, "DequantizeLinear")) for i in node.input[:2]]
     q = g.only_reader(node.output[0], ("QuantizeLinear",))
@@ -197,8 +199,24 @@ def _fold_mul(g: _Graph, node):
             len({z.dtype for z in zeros}) != 1 or zeros[0].dtype not in (np.uint8, np.int8):
         return None
     ins = [*parts[0], *parts[1], q.input[1], q.input[2]]
-    return helper.make_node("QLinearMul", ins, [q.output[0]], name=f"{node.name or node.output[0]}_qdq",
+    return helper.make_node(f"QLinear{node.op_type}", ins, [q.output[0]], name=f"{node.name or node.output[0]}_qdq",
                             domain="com.microsoft"), q
+
+
+def _fold_global_average(g: _Graph, node):
+    """GlobalAveragePool of a per-tensor DQ, read by a Q of the same 8-bit type alone: onnxruntime's com.microsoft
+    QLinearGlobalAveragePool (its arithmetic: ops_quant_contrib.py), as its optimizer folds it; or None."""
+    from onnx import helper
+    parts = _dq_parts(g, g.made_by(node.input[0], "DequantizeLinear"))
+    q = g.only_reader(node.output[0], ("QuantizeLinear",))
+    if parts is None or parts[2] is None or q is None or len(q.input) < 3:
+        return None
+    scales, zeros = [g.known[parts[1]], g.value(q, 1)], [g.known[parts[2]], g.value(q, 2)]
+    if any(v is None or v.size != 1 for v in scales + zeros) or any(s.dtype != np.float32 for s in scales) or \
+            zeros[0].dtype != zeros[1].dtype or zeros[0].dtype not in (np.uint8, np.int8):
+        return None
+    return helper.make_node("QLinearGlobalAveragePool", [*parts, q.input[1], q.input[2]], [q.output[0]],
+                            name=f"{node.name or node.output[0]}_qdq", domain="com.microsoft", channels_last=0), q
 
 
 def fold_qdq(nodes, inits: dict, outputs: set[str]) -> list:
@@ -212,7 +230,9 @@ def fold_qdq(nodes, inits: dict, outputs: set[str]) -> list:
         if n.domain not in ("", "ai.onnx"):
             continue
         folded = _fold_product(g, n, made) if n.op_type in ("Conv", "MatMul", "Gemm") else \
-            _fold_pass_through(g, n) if n.op_type in PASS_THROUGH else _fold_mul(g, n) if n.op_type == "Mul" else None
+            _fold_pass_through(g, n) if n.op_type in PASS_THROUGH else \
+            _fold_binary(g, n) if n.op_type in ("Mul", "Add") else \
+            _fold_global_average(g, n) if n.op_type == "GlobalAveragePool" else None
         if folded is None:
             continue
         new, q = folded
