@@ -44,20 +44,23 @@ def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
     long_rows = bool(floats) and (not isinstance(row, int) or row >= VECTOR_ROW)
     nans = {k: _nan_flag(w) for k in floats} if long_rows else {}
     sweep = (w, body, inner_eqns, reductions, accs, best, twins, stores, outer, shape, n_red)
-    if long_rows and not isinstance(row, int):  # (rows of a run-time length: the loop for either kind)
+    arg = {k: (accs[k], b) for k, b in best.items()}
+    if long_rows and not isinstance(row, int):  # (rows of a run-time length: the loops for either length)
         w.line(f"if ({dim_expr(row)} >= {VECTOR_ROW}) {{")
         w.depth += 1
         _first_sweep(*sweep, nans)
+        _position_sweep(w, inner_eqns, reductions, arg, outer, shape, n_red, True)
         w.depth -= 1
         w.line("} else {")
         w.depth += 1
         _first_sweep(*sweep, {})
+        _position_sweep(w, inner_eqns, reductions, arg, outer, shape, n_red, False)
         w.depth -= 1
         w.line("}")
     else:
         _first_sweep(*sweep, nans)
-    if best:
-        _position_sweep(w, inner_eqns, reductions, {k: (accs[k], b) for k, b in best.items()}, outer, shape, n_red)
+        if best:
+            _position_sweep(w, inner_eqns, reductions, arg, outer, shape, n_red, long_rows)
     scalars = _store_reduced(w, reductions, accs, written, outer)
     w.close_loops(outer)
     w.env = saved_env
@@ -68,8 +71,9 @@ def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
 
 VECTOR_ROW = 32
 """Rows of at least this many elements have the extremum of an arg reduction as two vectorized reductions (the
-numbers' extremum and whether there is a NaN: 1.5x faster than the running max or min at kmeans' rows of 1000);
-shorter ones the running max or min (at 10 elements the vector loops' set-up and lane reductions cost more)."""
+numbers' extremum and whether there is a NaN: 1.5x faster than the running max or min at kmeans' rows of 1000)
+and its position as an `omp simd` min; shorter ones the running max or min and a plain loop for the position (at
+10 elements the vector loops' set-up and lane reductions cost more: kmeans' J at k = 10 15-25% slower)."""
 
 
 def _first_sweep(w: Writer, body, inner_eqns, reductions, accs, best, twins, stores, outer, shape, n_red: int,
@@ -235,13 +239,14 @@ NO_POSITION = "int64_t{4611686018427387904}"
 """An arg reduction's position before its sweep finds one (2^62: more than any axis has)."""
 
 
-def _position_sweep(w: Writer, inner_eqns, reductions, arg: dict, outer, shape, n_red: int) -> None:
+def _position_sweep(w: Writer, inner_eqns, reductions, arg: dict, outer, shape, n_red: int, simd: bool) -> None:
     """The positions of the arg reductions (arg: {k: (its position's local, its extremum's local)}), once the loop
     over the reduced axes has their extrema: a second loop over them, recomputing what their operands need from
     the row (in cache: no [rows, k] buffer is written and read back, as a second fusion comparing with the reduced
     value did), takes the least position where the operand equals its extremum (or is NaN when it is NaN). Both
     loops are min reductions that vectorize; one loop keeping the position beside a running extremum is a chain of
-    a compare and two selects per element, which does not (2 to 3 times slower at kmeans' rows of 100-1000)."""
+    a compare and two selects per element, which does not (2 to 3 times slower at kmeans' rows of 100-1000).
+    `simd`: an `omp simd` min reduction (long rows; at 10 elements its set-up costs more than it saves)."""
     wanted = {reductions[k].ins[0] for k in arg}
     needed = []
     for e in reversed(inner_eqns):
@@ -252,7 +257,7 @@ def _position_sweep(w: Writer, inner_eqns, reductions, arg: dict, outer, shape, 
     dims = shape[len(shape) - n_red:]
     for at, _ in arg.values():
         w.line(f"{at} = {NO_POSITION};")
-    inner = w.open_loops(dims, f"reduction(min:{', '.join(at for at, _ in arg.values())})")
+    inner = w.open_loops(dims, f"reduction(min:{', '.join(at for at, _ in arg.values())})" if simd else None)
     w.region, w.escaping = (outer + inner, shape), {}
     w.local.clear()
     for e in needed:

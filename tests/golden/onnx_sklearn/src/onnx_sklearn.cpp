@@ -156,7 +156,6 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             acc_value = ks::running_max(acc_value, x_i);
         }
         acc = int64_t{4611686018427387904};
-        KS_OMP_SIMD(reduction(min:acc))
         for (int64_t j = 0; j < 3; ++j) {
             const float x_i = prod1[i * 3 + j];
             const int64_t here = (x_i == acc_value || (x_i != x_i && acc_value != acc_value)) ? j : int64_t{4611686018427387904};
