@@ -69,6 +69,29 @@ def _element_add_ref(x, i, j, v):
     return out
 
 
+def ties_nan(rng, shape):
+    """Whole numbers in {-1, 0, 1} (rows with equal extrema) and a NaN in about one element of 8."""
+    x = rng.integers(-1, 2, shape).astype(np.float64)
+    x[rng.uniform(size=shape) < 0.125] = np.nan
+    return x
+
+
+def _first_extremum(values, largest: bool) -> int:
+    """The position of the first NaN, else of the first largest (smallest) value."""
+    values = [float(v) for v in values]
+    nans = [j for j, v in enumerate(values) if v != v]
+    return nans[0] if nans else values.index(max(values) if largest else min(values))
+
+
+def _arg_ref(axes, largest: bool):
+    def ref(x):
+        kept = [a for a in range(x.ndim) if a not in axes]
+        rows = np.transpose(x, kept + list(axes)).reshape([x.shape[a] for a in kept] + [-1])
+        return np.array([_first_extremum(r, largest) for r in rows.reshape(-1, rows.shape[-1])],
+                        np.int64).reshape(rows.shape[:-1])
+    return ref
+
+
 def _digamma_ref(x, shift=30):
     # ψ(x) = ψ(x + N) - Σ_{k<N} 1/(x + k), with ψ(y) ≈ ln y - 1/(2y) - 1/(12y²) + 1/(120y⁴) - 1/(252y⁶) at y = x + N
     y = x + shift
@@ -292,6 +315,12 @@ SAMPLES = {
     "reduce_max:leading": ((M,), {"axes": (0,)}, (normal,), lambda x: np.array([max(c) for c in x.T])),
     "reduce_min": ((M,), {"axes": (0, 1)}, (normal,), lambda x: np.array(min(x.ravel()))),
     "reduce_min:middle": ((Type("f64", (2, 9, 3)),), {"axes": (1,)}, (normal,), lambda x: x.min(axis=1)),
+    # (over trailing axes in a loop nest: the first NaN, else the first extremum; over others its own loops)
+    "reduce_argmin": ((M,), {"axes": (1,)}, (ties_nan,), _arg_ref((1,), False)),
+    "reduce_argmin:leading": ((M,), {"axes": (0,)}, (ties_nan,), _arg_ref((0,), False)),
+    "reduce_argmax": ((Type("f64", (2, 9, 3)),), {"axes": (1, 2)}, (ties_nan,), _arg_ref((1, 2), True)),
+    "reduce_argmax:middle": ((Type("f64", (2, 9, 3)),), {"axes": (1,)}, (normal,), _arg_ref((1,), True)),
+    "reduce_argmax:all": ((M,), {"axes": (0, 1)}, (normal,), _arg_ref((0, 1), True)),
     "stop_gradient": ((M,), {}, (normal,), lambda x: x),
     "einsum": ((M, Type("f64", (4, 2))), {"spec": "ij,jk->ik"}, (normal, normal), lambda x, y: x @ y),
     "einsum:dot": ((V, V), {"spec": "i,i->"}, (normal, normal), lambda x, y: np.array(sum(x * y))),

@@ -116,3 +116,66 @@ def test_gradient_matches_torch_at_ties(source, name):
         args = arguments(g, np.random.default_rng(10 + seed))
         for got, want in zip(eval_func(g, args), torch_gradients(name, args)):
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+COMPILED = KERNELS + '''
+
+def values_and_indices(x: "float[n, k]") -> "float[n]":
+    r = torch.min(x, dim=1)
+    return r.values * 10.0 + r.indices
+
+
+def first_max_down(x: "float[n, k]") -> "i64[k]":
+    return torch.argmax(x, dim=0)
+'''
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """One package: the positions of extrema as reduce_argmin / reduce_argmax compile them (the position in the
+    loop nest of the extremum, a second sweep over the row; a leading axis in loops of its own), and kmeans'
+    gradient and its jvp (dir) that take the nearest centroid from it."""
+    import ksbuild
+    root = tmp_path_factory.mktemp("one_hot_compiled")
+    (root / "k.py").write_text(COMPILED)
+    (root / "manifest.toml").write_text('[package]\nname = "one_hot_c"\n[build]\ndtype = "float64"\n[kernels]\n'
+                                        + "".join(f'{k} = {{ python = "k.py:{k}" }}\n' for k in
+                                                  ("kmeans", "values_and_indices", "first_max_down"))
+                                        + '[exports]\nvalues_and_indices = "values_and_indices"\n'
+                                        'first_max_down = "first_max_down"\n'
+                                        'kmeans_grad = "grad(kmeans, argnums=(0, 1))"\n'
+                                        'kmeans_dir = "jvp(grad(kmeans, argnums=1), argnums=1, primals=True)"\n')
+    return ksbuild.build(root / "manifest.toml")
+
+
+def ties_and_nans(rng, shape) -> np.ndarray:
+    x = rng.integers(-2, 3, size=shape).astype(np.float64)
+    x[rng.uniform(size=shape) < 0.05] = np.nan
+    return x
+
+
+@pytest.mark.parametrize("k", [1, 5, 37])
+def test_compiled_positions_match_torch(compiled, k):
+    """torch.min(x, dim).values and .indices (one loop nest computes both) and torch.argmax(x, dim=0) (its own
+    loops), at ties and NaN (the first NaN is the extremum), as torch computes them."""
+    rng = np.random.default_rng(k)
+    x = ties_and_nans(rng, (23, k))
+    r = torch.min(torch.tensor(x), dim=1)
+    np.testing.assert_array_equal(compiled.values_and_indices(x), (r.values * 10.0 + r.indices).numpy())
+    np.testing.assert_array_equal(compiled.first_max_down(x), torch.argmax(torch.tensor(x), dim=0).numpy())
+
+
+def test_compiled_kmeans_derivatives_match_torch(compiled):
+    """kmeans' gradient (its nearest centroid from reduce_argmin, fused with the distances) and dir's J and H·1
+    equal torch.autograd's at ties (whole numbers). (With a NaN point torch's dense product spreads the NaN over
+    every centroid's column, the scatter to one centroid does not: transforms/one_hot.py.)"""
+    for seed in range(3):
+        rng = np.random.default_rng(20 + seed)
+        p, c = rng.integers(-2, 3, size=(31, 3)).astype(np.float64), rng.integers(-2, 3, size=(6, 3)).astype(np.float64)
+        want = torch_gradients("kmeans", [p, c])
+        for got, w in zip(compiled.kmeans_grad(p, c), want):
+            np.testing.assert_allclose(got, w, rtol=1e-12, atol=1e-12)
+        g, h = compiled.kmeans_dir(p, c, np.ones_like(c))
+        np.testing.assert_allclose(g, want[1], rtol=1e-12, atol=1e-12)
+        first = np.argmin(((p[:, None, :] - c[None]) ** 2).sum(2), axis=1)  # H·1 = 2 · (points nearest each centroid)
+        np.testing.assert_allclose(h, 2.0 * np.bincount(first, minlength=6)[:, None] * np.ones_like(c))

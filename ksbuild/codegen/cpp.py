@@ -686,6 +686,35 @@ class Writer:
         self.close_loops(idx)
         self.env[out] = dst
 
+    def arg_reduce(self, eqn: Eqn, kind: str) -> None:
+        """reduce_argmax / reduce_argmin outside a fused loop nest (a fusion accumulates trailing axes itself): for
+        each kept index, a loop over the reduced axes (row-major) with the extremum so far and its position."""
+        (x,), (out,) = eqn.ins, eqn.outs
+        axes = tuple(eqn.params["axes"])
+        src = self.storage(x)
+        kept_axes = [j for j in range(x.type.rank) if j not in axes]
+        dst = self.target(out, "position") if out.type.rank else None
+        outer = self.open_loops([x.type.shape[j] for j in kept_axes])
+        at = self.namer.fresh("at")
+        self.line(f"int64_t {at} = 0;")
+        best = self.namer.fresh("best")
+        c = self.ctype(x.type)
+        self.line(f"{c} {best} = {reduce_init(kind[3:], c)};")
+        inner = self.open_loops([x.type.shape[j] for j in axes])
+        where = dict(zip(kept_axes, outer)) | dict(zip(axes, inner))
+        value = self.namer.fresh("value")
+        self.line(f"const {c} {value} = {src.at([where[j] for j in range(x.type.rank)])};")
+        for text in arg_update(self.namer.fresh("take"), best, at, value,
+                               flat_position(inner, [x.type.shape[j] for j in axes]), kind, x.type.is_float):
+            self.line(text)
+        self.close_loops(inner)
+        if dst is None:
+            self.env[out] = at
+        else:
+            self.line(f"{dst.at(outer)} = {at};")
+            self.env[out] = dst
+        self.close_loops(outer)
+
     def _reduce_unrolled(self, src: Storage, dst: Storage, shape, axes, kind: str, c: str) -> None:
         """A reduction over a few literal taps (a pooling window): loops over the kept axes, the taps written
         out in one chain per element, so that nothing is read back from the result and the loop along
@@ -759,5 +788,26 @@ REDUCE_UPDATE = {"sum": "{a} += {x};", "max": "{a} = ks::running_max({a}, {x});"
 
 
 def reduce_init(kind: str, c: str) -> str:
-    """The identity of a reduction as a C++ expression of element type c."""
-    return {"sum": "0", "max": f"ks::lowest<{c}>()", "min": f"ks::highest<{c}>()"}[kind]
+    """The identity of a reduction as a C++ expression of element type c (of an arg reduction: its position, 0)."""
+    return {"sum": "0", "max": f"ks::lowest<{c}>()", "min": f"ks::highest<{c}>()", "argmax": "0",
+            "argmin": "0"}[kind]
+
+
+def arg_update(take: str, best: str, at: str, x: str, j: str, kind: str, is_float: bool) -> list[str]:
+    """The lines of one step of reduce_argmax / reduce_argmin: x at position j replaces the extremum so far, best,
+    when it is strictly beyond it (so the first of equal ones stays) or the first NaN (a NaN is the extremum, as
+    numpy's and torch's argmax take it), and j the position at. Branch free: one chain of compare and selects."""
+    op = "<" if kind == "argmin" else ">"
+    nan = f" || ({x} != {x} && {best} == {best})" if is_float else ""
+    return [f"const bool {take} = {x} {op} {best}{nan};", f"{best} = {take} ? {x} : {best};",
+            f"{at} = {take} ? {j} : {at};"]
+
+
+def flat_position(indices: Sequence[str], dims: Sequence) -> str:
+    """The row-major position of indices (loop index names, "0" for an axis of size 1) in an array of dims."""
+    expr = ""
+    for i, d in zip(indices, dims):
+        if d == 1:
+            continue
+        expr = i if not expr else f"({expr}) * {dim_expr(d)} + {i}"
+    return expr or "0"

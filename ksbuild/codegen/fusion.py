@@ -12,7 +12,7 @@ from dataclasses import replace
 from ..ir.core import Eqn, Var
 from ..ir.types import numel
 from .body import read_once
-from .cpp import REDUCE_UPDATE, Writer, buffer_name, reduce_init
+from .cpp import REDUCE_UPDATE, Writer, buffer_name, flat_position, reduce_init
 from .storage import Storage, dim_expr
 
 
@@ -35,23 +35,78 @@ def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
     shape, written, n_red = merged if merged is not None else (shape, targets, n_red)  # (results keep their views)
     stores = {r: t for r, t in written.items() if r not in reduced}
     outer = w.open_loops(shape[:len(shape) - n_red], threads=eqn.params.get("threads", 0), work=shape)
-    accs = [_accumulator(w, e) for e in reductions]
+    twins = _twins(reductions)
+    accs = [_accumulator(w, e) if k not in twins else "" for k, e in enumerate(reductions)]
+    best = {k: _best(w, e, accs[k]) for k, e in enumerate(reductions) if e.prim.reduction.startswith("arg")}
+    accs = [best[twins[k]] if k in twins else a for k, a in enumerate(accs)]  # (the extremum its position's sweep has)
+    floats = [k for k in best if reductions[k].ins[0].type.dtype in ("f32", "f64")]
+    row = numel(shape[len(shape) - n_red:])
+    long_rows = bool(floats) and (not isinstance(row, int) or row >= VECTOR_ROW)
+    nans = {k: _nan_flag(w) for k in floats} if long_rows else {}
+    sweep = (w, body, inner_eqns, reductions, accs, best, twins, stores, outer, shape, n_red)
+    arg = {k: (accs[k], b) for k, b in best.items()}
+    if long_rows and not isinstance(row, int):  # (rows of a run-time length: the loops for either length)
+        w.line(f"if ({dim_expr(row)} >= {VECTOR_ROW}) {{")
+        w.depth += 1
+        _first_sweep(*sweep, nans)
+        _position_sweep(w, inner_eqns, reductions, arg, outer, shape, n_red, True)
+        w.depth -= 1
+        w.line("} else {")
+        w.depth += 1
+        _first_sweep(*sweep, {})
+        _position_sweep(w, inner_eqns, reductions, arg, outer, shape, n_red, False)
+        w.depth -= 1
+        w.line("}")
+    else:
+        _first_sweep(*sweep, nans)
+        if best:
+            _position_sweep(w, inner_eqns, reductions, arg, outer, shape, n_red, long_rows)
+    scalars = _store_reduced(w, reductions, accs, written, outer)
+    w.close_loops(outer)
+    w.env = saved_env
+    for r, o in zip(body.results, eqn.outs):
+        w.env[o] = targets[r] if r in targets else scalars[r]
+    w.note_source(first_line, [e.loc for e in body.eqns])  # (every line the group computes)
+
+
+VECTOR_ROW = 32
+"""Rows of at least this many elements have the extremum of an arg reduction as two vectorized reductions (the
+numbers' extremum and whether there is a NaN: 1.5x faster than the running max or min at kmeans' rows of 1000)
+and its position as an `omp simd` min; shorter ones the running max or min and a plain loop for the position (at
+10 elements the vector loops' set-up and lane reductions cost more: kmeans' J at k = 10 15-25% slower)."""
+
+
+def _first_sweep(w: Writer, body, inner_eqns, reductions, accs, best, twins, stores, outer, shape, n_red: int,
+                 nans: dict) -> None:
+    """The loop over the reduced axes: the elementwise equations at each element (stores of the values read after
+    the fusion), the reductions' updates, the arg reductions' extrema (nans: {k: its NaN flag} for those kept as
+    two vectorized reductions, else a running max or min)."""
     sums = [a for a, e in zip(accs, reductions) if e.prim.reduction == "sum"]
     parts, start, end = _blocks(w, shape[-1], [a for a, e in zip(accs, reductions) if _blocked(e, n_red, shape)])
     updated = [parts.get(a, a) for a in accs]
+    clauses = [f"reduction(+:{', '.join(parts.get(a, a) for a in sums)})"] if sums else []
+    clauses += [f"reduction({reductions[k].prim.reduction[3:]}:{best[k]}) reduction(|:{flag})"
+                for k, flag in nans.items()]
     if parts:  # the last axis in blocks: the float sums add up per block, then block by block
         inner = [w.namer.index(w.depth + 1)]
-        w.line(f"KS_OMP_SIMD(reduction(+:{', '.join(parts.get(a, a) for a in sums)}))")
+        w.line(f"KS_OMP_SIMD({' '.join(clauses)})")
         w.line(f"for (int64_t {inner[0]} = {start}; {inner[0]} < {end}; ++{inner[0]}) {{")
         w.depth += 1
     else:
-        inner = w.open_loops(shape[len(shape) - n_red:], f"reduction(+:{', '.join(sums)})" if sums else None)
+        inner = w.open_loops(shape[len(shape) - n_red:], " ".join(clauses) if clauses else None)
     w.region, w.escaping = (outer + inner, shape), stores
     w.foldable |= read_once(body, elements=True)
     for e in inner_eqns:
         e.prim.emit(w, e)
-    for acc, e in zip(updated, reductions):
-        w.line(REDUCE_UPDATE[e.prim.reduction].format(a=acc, x=w.scalar(e.ins[0])))
+    for k, (acc, e) in enumerate(zip(updated, reductions)):
+        if k in nans:  # (the extremum of the numbers and whether there is a NaN: two reductions that vectorize)
+            x, op = w.scalar(e.ins[0]), "<" if e.prim.reduction == "argmin" else ">"
+            w.line(f"{best[k]} = {x} {op} {best[k]} ? {x} : {best[k]};")
+            w.line(f"{nans[k]} |= {x} != {x};")
+        elif k in best:  # (its extremum first, as a max or min reduction's; the position in the sweep below)
+            w.line(REDUCE_UPDATE[e.prim.reduction[3:]].format(a=best[k], x=w.scalar(e.ins[0])))
+        elif k not in twins:
+            w.line(REDUCE_UPDATE[e.prim.reduction].format(a=acc, x=w.scalar(e.ins[0])))
     w.region, w.escaping = None, {}
     w.local.clear()
     w.close_loops(inner)
@@ -59,12 +114,9 @@ def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
         w.line(f"{acc} += {part};")
     if parts:
         w.close_loops(1)
-    scalars = _store_reduced(w, reductions, accs, written, outer)
-    w.close_loops(outer)
-    w.env = saved_env
-    for r, o in zip(body.results, eqn.outs):
-        w.env[o] = targets[r] if r in targets else scalars[r]
-    w.note_source(first_line, [e.loc for e in body.eqns])  # (every line the group computes)
+    for k, flag in nans.items():  # (a NaN is the extremum, as running_min and running_max make it)
+        nan = f'static_cast<{w.ctype(reductions[k].ins[0].type)}>(__builtin_nan(""))'
+        w.line(f"{best[k]} = {flag} ? {nan} : {best[k]};")
 
 
 def _merged_views(w: Writer, eqn: Eqn, body, shape, targets: dict, n_red: int):
@@ -180,6 +232,74 @@ def _accumulator(w: Writer, e: Eqn) -> str:
     name = w.namer.fresh(e.outs[0].hint or (f"{of}_{kind}" if of != "x" else "acc"), source=bool(e.outs[0].hint))
     c = w.ctype(e.outs[0].type)
     w.line(f"{c} {name} = {reduce_init(e.prim.reduction, c)};")
+    return name
+
+
+NO_POSITION = "int64_t{4611686018427387904}"
+"""An arg reduction's position before its sweep finds one (2^62: more than any axis has)."""
+
+
+def _position_sweep(w: Writer, inner_eqns, reductions, arg: dict, outer, shape, n_red: int, simd: bool) -> None:
+    """The positions of the arg reductions (arg: {k: (its position's local, its extremum's local)}), once the loop
+    over the reduced axes has their extrema: a second loop over them, recomputing what their operands need from
+    the row (in cache: no [rows, k] buffer is written and read back, as a second fusion comparing with the reduced
+    value did), takes the least position where the operand equals its extremum (or is NaN when it is NaN). Both
+    loops are min reductions that vectorize; one loop keeping the position beside a running extremum is a chain of
+    a compare and two selects per element, which does not (2 to 3 times slower at kmeans' rows of 100-1000).
+    `simd`: an `omp simd` min reduction (long rows; at 10 elements its set-up costs more than it saves)."""
+    wanted = {reductions[k].ins[0] for k in arg}
+    needed = []
+    for e in reversed(inner_eqns):
+        if any(v in wanted for v in e.outs):
+            needed.append(e)
+            wanted.update(a for a in e.ins if isinstance(a, Var))
+    needed.reverse()
+    dims = shape[len(shape) - n_red:]
+    for at, _ in arg.values():
+        w.line(f"{at} = {NO_POSITION};")
+    inner = w.open_loops(dims, f"reduction(min:{', '.join(at for at, _ in arg.values())})" if simd else None)
+    w.region, w.escaping = (outer + inner, shape), {}
+    w.local.clear()
+    for e in needed:
+        e.prim.emit(w, e)
+    j = flat_position(inner, dims)
+    for k, (at, extremum) in arg.items():
+        x = w.scalar(reductions[k].ins[0])
+        same = f"{x} == {extremum}" + (f" || ({x} != {x} && {extremum} != {extremum})"
+                                       if reductions[k].ins[0].type.is_float else "")
+        here = w.namer.fresh("here")
+        w.line(f"const int64_t {here} = ({same}) ? {j} : {NO_POSITION};")
+        w.line(f"{at} = {here} < {at} ? {here} : {at};")
+    w.region = None
+    w.local.clear()
+    w.close_loops(inner)
+    for at, _ in arg.values():  # (an empty axis has no position: 0, as the interpreter's)
+        w.line(f"{at} = {at} == {NO_POSITION} ? 0 : {at};")
+
+
+def _twins(reductions: list[Eqn]) -> dict[int, int]:
+    """{k: j} for each max (min) reduction k of the same operand as an argmax (argmin) reduction j: the extremum
+    that j's step keeps beside its position is k's value (the same, NaN included), so k has no accumulator of its
+    own (torch.min(x, dim) and its derivative's position: one compare and two selects per element)."""
+    arg = {(e.ins[0], e.prim.reduction[3:]): j for j, e in enumerate(reductions)
+           if e.prim.reduction.startswith("arg") and isinstance(e.ins[0], Var)}
+    return {k: arg[(e.ins[0], e.prim.reduction)] for k, e in enumerate(reductions)
+            if (e.ins[0], e.prim.reduction) in arg and e.outs[0].type.dtype == e.ins[0].type.dtype}
+
+
+def _nan_flag(w: Writer) -> str:
+    """Declare whether an arg reduction's operand had a NaN so far (an int64_t: GCC 12 vectorizes no `omp simd`
+    reduction of a bool); its name."""
+    name = w.namer.fresh("has_nan")
+    w.line(f"int64_t {name} = 0;")
+    return name
+
+
+def _best(w: Writer, e: Eqn, acc: str) -> str:
+    """Declare the extremum so far beside an arg reduction's position acc; its name."""
+    name = w.namer.fresh(f"{acc}_value")
+    c = w.ctype(e.ins[0].type)
+    w.line(f"{c} {name} = {reduce_init(e.prim.reduction[3:], c)};")
     return name
 
 

@@ -238,8 +238,8 @@ def _prologue(dims: list[str], ws: Workspace, c_name: str, derived: list[str] = 
 def _taken(f: Func, dims: list[str]) -> list[str]:
     """Conditions under which an element would be taken from (or written into) an axis of size 0, which has none:
     x[i] and its vjp's add into x[i], a gather from an empty table, torch.max(x, dim).values (a max or min with
-    ties="first") over an empty axis. In f (its fused loop nests and inlined calls
-    too) and in the bodies of its loops whose
+    ties="first") or the position of an extremum (reduce_argmax, reduce_argmin) over an empty axis. In f (its
+    fused loop nests and inlined calls too) and in the bodies of its loops whose
     step counts are dims (for row in x: row[0]), which count only when they have steps; a gather counts when it
     has indices. Not in an if's branches (`if n > 0: x[0]` guards), nor in loops of run-time step counts.
     Each condition makes the call return status 1 before anything is read (ks::clamp_index has no element to
@@ -263,9 +263,10 @@ def _taken(f: Func, dims: list[str]) -> list[str]:
             if e.prim.takes is not None:
                 check(e.ins[0].type.shape[e.params["axis"]],
                       runs + tuple(d for at in e.prim.takes for d in e.ins[at].type.shape))
-            elif e.prim.reduction in ("max", "min") and e.params.get("ties") == "first":
+            elif (e.prim.reduction in ("max", "min") and e.params.get("ties") == "first") or \
+                    e.prim.reduction in ("argmax", "argmin"):
                 # torch.max(x, dim).values: the element at the extremum's index, which an empty axis does not have
-                # (torch refuses it), for every element of the result
+                # (torch refuses it), for every element of the result; the index itself (reduce_argmax) likewise
                 for axis in e.params["axes"]:
                     check(e.ins[0].type.shape[axis], runs + tuple(e.outs[0].type.shape))
             elif e.prim.name in ("fusion", "call"):  # (their equations run as theirs would at this level)

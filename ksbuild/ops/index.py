@@ -199,8 +199,11 @@ def same(b, x: Atom, m: Atom) -> Atom:
 def arg_extremum(b, x: Atom, axis: int, keepdims: bool, largest: bool, last: bool = False) -> Atom:
     """The (first, or last) position of the max (or min) along axis, as i64."""
     axis = norm_axis(b, axis, x.type.rank)
-    m = b.reduce_max(x, axes=(axis,)) if largest else b.reduce_min(x, axes=(axis,))
     kept = tuple(1 if i == axis else d for i, d in enumerate(x.type.shape))
+    if not last and x.type.dtype != "bool":  # (one loop nest with the extremum: prims/tensor.py reduce_argmax)
+        out = (b.reduce_argmax if largest else b.reduce_argmin)(x, axes=(axis,))
+        return b.reshape(out, shape=kept) if keepdims else out
+    m = b.reduce_max(x, axes=(axis,)) if largest else b.reduce_min(x, axes=(axis,))
     hit = same(b, x, b.reshape(m, shape=kept))
     pos = b.iota(shape=x.type.shape, axis=axis, dtype="i64")
     if last:

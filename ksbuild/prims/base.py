@@ -47,7 +47,8 @@ Flags: `elementwise` (fusible into a loop nest), `view` (the output aliases the 
 operand's storage, or read-only data when there is no operand), `lowering` (only the codegen
 passes make it; see prims/lowering.py).
 Facts the passes read instead of testing a prim's name:
-- reduction: "sum", "max" or "min" for a reduction a fused loop nest accumulates into a scalar; "" otherwise
+- reduction: "sum", "max" or "min" for a reduction a fused loop nest accumulates into a scalar, "argmax" or "argmin"
+  for one that accumulates the first position of the extremum (with the extremum itself beside it); "" otherwise
 - remat: an elementwise prim so cheap that the unknown part of a partial evaluation recomputes it from
   its one tensor operand rather than reading its stored result (2·x from the derivative of x², −x,
   x − 1): the forward pass then writes one array fewer, and the operand is often stored anyway
@@ -130,7 +131,8 @@ class Prim:
 
     def __post_init__(self):
         assert self.name not in PRIMS and self.name not in FORMS, f"primitive {self.name} defined twice"
-        assert self.reduction in ("", "sum", "max", "min") and self.whole in ("", "always", "if_operands")
+        assert self.reduction in ("", "sum", "max", "min", "argmax", "argmin")
+        assert self.whole in ("", "always", "if_operands")
         PRIMS[self.name] = self
         for form, params in self.forms.items():
             assert form not in PRIMS and form not in FORMS, f"form {form} of {self.name} defined twice"

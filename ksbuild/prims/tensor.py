@@ -7,6 +7,7 @@ index_set[axis](x, i, v)   x with position i of `axis` replaced by v (x[i] = v)
 slice[axis, start, stop]   the static range start:stop of `axis` (a view)
 pad[axis, lo, hi]          zeros before and after along `axis` (the transpose of slice)
 reduce_max / reduce_min    over `axes`
+reduce_argmax / reduce_argmin   the first position of the max / min over `axes` (i64; row-major over them)
 stop_gradient(x)           x, with a zero derivative (logsumexp's shift)
 einsum[spec](a, b)         a two-operand contraction such as "kab,kb->ka" (matmul, dot, outer)
 iota[shape, axis, dtype]   the index along `axis` at every position of `shape`
@@ -359,6 +360,13 @@ def _extremum(name: str, fn, kind: str) -> Prim:
         if tx is None:
             return [y], [None]
         kept = tuple(1 if i in axes else d for i, d in enumerate(x.type.shape))
+        if ties == "first" and len(axes) == 1:
+            # the first extremum's position from reduce_arg{max,min}, which a fused loop nest accumulates with y
+            # in one pass (over several axes, as in max pooling's windows, `_first` below compares with y)
+            at = b.bind(PRIMS[f"reduce_arg{kind}"], [x], {"axes": tuple(axes)})[0]
+            first = b.eq(b.iota(shape=x.type.shape, axis=axes[0], dtype="i64"),
+                         b.broadcast_to(b.reshape(at, shape=kept), shape=x.type.shape))
+            return [y], [b.reduce_sum(b.select(first, tx, zeros(x.type)), axes=axes)]
         yb = b.broadcast_to(b.reshape(y, shape=kept), shape=x.type.shape)
         hit = b.eq(x, yb)
         if x.type.is_float:  # a NaN extremum came from the NaNs: they get the derivative (torch's max())
@@ -422,6 +430,49 @@ def _one(t: Type):
 
 reduce_max = _extremum("reduce_max", np.max, "max")
 reduce_min = _extremum("reduce_min", np.min, "min")
+
+
+def _arg_extremum(name: str, fn, kind: str) -> Prim:
+    """The first position of the extremum over `axes` (flattened row-major over them), i64; a NaN is the extremum
+    (its first one), as numpy's and torch's argmax/argmin. A fused loop nest accumulates it together with the
+    extremum itself in one pass (codegen/fusion.py): the derivative of a reduction with ties="first" takes the
+    position from it, not from a second pass comparing every element with the reduced value."""
+    prim: Prim
+
+    def rule(in_types, axes):
+        from .shape import _reduce_rule
+        if in_types[0].dtype == "bool":
+            raise KsbuildError(f"{name} does not take bool operands")
+        if not axes:
+            raise KsbuildError(f"{name} needs at least one axis")
+        return (Type("i64", _reduce_rule(in_types, axes)[0].shape),)
+
+    def evaluate(x, axes, env):
+        axes = tuple(axes)
+        kept = [i for i in range(x.ndim) if i not in axes]
+        moved = np.transpose(x, kept + list(axes))
+        flat = moved.reshape(moved.shape[:len(kept)] + (-1,))
+        if flat.shape[-1] == 0:  # (an empty axis has no position; the codegen's accumulator starts at 0)
+            return (np.zeros(flat.shape[:-1], np.int64),)
+        return (np.asarray(fn(flat, axis=-1)).astype(np.int64),)
+
+    prim = Prim(
+        name=name,
+        type_rule=rule,
+        eval=evaluate,
+        jvp=lambda b, p, t, axes: ([b.bind(prim, [p[0]], {"axes": axes})[0]], [None]),
+        batch=lambda b, ins, batched, size, axes: ([b.bind(prim, [ins[0]], {"axes": _shift(axes)})[0]], [True]),
+        emit=lambda ctx, eqn: ctx.arg_reduce(eqn, f"arg{kind}"),
+        reduction=f"arg{kind}",
+        rows=lambda eqn, n: first_rows(eqn, n) if 0 not in eqn.params["axes"] else None,
+        doc=f"the first position of the {kind}imum over the given axes (row-major over them), i64",
+        opt_outs=("jvp: an integer result has no tangent", "transpose: not linear"),
+    )
+    return prim
+
+
+reduce_argmax = _arg_extremum("reduce_argmax", np.argmax, "max")
+reduce_argmin = _arg_extremum("reduce_argmin", np.argmin, "min")
 
 
 stop_gradient = Prim(

@@ -364,7 +364,10 @@ def _read_in_place(body: Func, prm: Var, j: int) -> bool:
     """Whether a fusion body reads prm only elementwise or by reductions whose results it does not read itself,
     and an elementwise equation loads it (each element once, codegen/cpp.py scalar) no later than the body
     computes its result j, which is stored at once (codegen/fusion.py emits the reductions' updates last, after
-    every store: a reduction alone would read the element after it is overwritten)."""
+    every store: a reduction alone would read the element after it is overwritten). Never with an arg reduction
+    (reduce_argmax): its position loop reads the row again after the first loop's stores."""
+    if any(e.prim.reduction.startswith("arg") for e in body.eqns):
+        return False
     reduced = {v for e in body.eqns if e.prim.reduction for v in e.outs}
     readers = [k for k, e in enumerate(body.eqns) if any(x is prm for x in e.ins)]
     loads = [k for k in readers if not body.eqns[k].prim.reduction]
