@@ -1,7 +1,9 @@
 """Affine epilogues (ks::affine, codegen/epilogue.py: affine): a convolution followed by its bias and ReLU6 (ONNX
 Clip) or by its bias alone passes them to the kernels as data, which apply them before they store (tests/cpp/
-test_gemm_conv.cpp checks the kernels against the lambda bit for bit); other epilogues keep their lambda. Here:
-which convolutions of a small network take which, and the network's outputs against onnxruntime."""
+test_gemm_conv.cpp checks the kernels against the lambda bit for bit); other epilogues keep their lambda. A dense
+layer's bias (per column of the product x·Wᵀ) and clamps go to ks::packed_gemm the same way
+(ks::column_affine_epilogue). Here: which convolutions and products of a small network take which, and the
+network's outputs against onnxruntime."""
 from __future__ import annotations
 
 import re
@@ -19,7 +21,11 @@ def _net_onnx(path):
     net = nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1), nn.ReLU6(),                 # bias + Clip(0, 6): affine
                         nn.Conv2d(16, 16, 3, 1, 1, groups=16), nn.ReLU6(),     # depthwise, bias + Clip: affine
                         nn.Conv2d(16, 24, 1),                                   # bias alone: affine
-                        nn.Conv2d(24, 8, 1), nn.SiLU())                         # bias + SiLU: a lambda
+                        nn.Conv2d(24, 8, 1), nn.SiLU(),                         # bias + SiLU: a lambda
+                        nn.Conv2d(8, 8, 1),                                     # bias: in the pooling's loop
+                        nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                        nn.Linear(8, 40), nn.ReLU6(),                           # bias by column + Clip: affine
+                        nn.Linear(40, 5))                                       # bias by column alone: affine
     torch.onnx.export(net.eval(), (torch.zeros(1, 3, 20, 20),), str(path), dynamo=False, input_names=["x"],
                       output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
 
@@ -32,8 +38,10 @@ def test_bias_and_clamps_are_data_the_kernels_apply(tmp_path):
     pkg = ksbuild.build(tmp_path / "manifest.toml")
     source = "".join(p.read_text() for p in (pkg.root / "share").glob("*/src/*.cpp"))
     made = re.findall(r"ks::make_affine<float>\(\w+, (\d), ([^,]+), ([^)]+)\)", source)
-    assert sorted(made) == [("0", "0", "0"), ("3", "0.0f", "6.0f"), ("3", "0.0f", "6.0f")], made
+    assert sorted(made) == [("0", "0", "0")] * 2 + [("3", "0.0f", "6.0f")] * 3, made
     assert source.count("ks::conv_epilogue<float>(") == 1  # (the SiLU)
+    # (the dense layers' bias is per column of x·Wᵀ: ks::packed_gemm's tiles apply it in their registers)
+    assert source.count("ks::column_affine_epilogue<float>(") == 2 and "ks::product_epilogue" not in source
     sess = ort.InferenceSession(str(tmp_path / "net.onnx"), providers=["CPUExecutionProvider"])
     for batch in (1, 3):
         x = np.random.default_rng(batch).standard_normal((batch, 3, 20, 20)).astype(np.float32) * 4

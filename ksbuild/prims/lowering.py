@@ -499,6 +499,29 @@ def _contract_parallel(eqn: Eqn) -> bool:
     return not all(isinstance(d, int) for d in mnk) or math.prod(mnk) >= PARALLEL_MIN_MACS
 
 
+def _column_affine(ctx, eqn: Eqn, out_letters: str, m: str, n: str) -> str | None:
+    """The name of a ks::affine for the epilogue when it is v + bias[column] then clamps (a dense layer's
+    relu(x·W + b): ks::column_affine_epilogue, which ks::packed_gemm's tiles apply to their accumulators as they
+    store), else None. Float results of a product without batch letters alone (in the tiles for float only:
+    ks::tiles::columns_in_tiles)."""
+    if eqn.params.get("epilogue") is None or len(out_letters) != 2 or eqn.outs[0].type.dtype != "f32":
+        return None
+    at_m, at_n = out_letters.index(m), out_letters.index(n)
+
+    def columns(s: Storage) -> Storage | None:  # (the result [m, n] seen as affine() reads it: [1, n, m])
+        shape = (1, s.shape[at_n], s.shape[at_m])
+        if s.literal is not None:
+            return Storage.splat(s.literal, shape)
+        return Storage(s.base, shape, ("0", s.strides[at_n], s.strides[at_m]), False, into=s.root, origin=s.origin,
+                       offset=s.offset)
+    simple = epilogues.affine(ctx, eqn, columns)
+    if simple is None:
+        return None
+    name = ctx.namer.fresh("epilogue")
+    ctx.line(f"const auto {name} = {simple};")
+    return name
+
+
 def _emit_packed_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> bool:
     """One ks::packed_gemm call: b is a constant stored as panels (ks/gemm.h); whether it applies the epilogue."""
     a, b, o = parse_spec(eqn.params["spec"])
@@ -508,10 +531,12 @@ def _emit_packed_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> bool:
     dims = ", ".join(ctx.dim(sizes[ch]) for ch in (m, n, k))
     am = f"{{{sa.base}, {sa.strides[a.index(m)]}, {sa.strides[a.index(k)]}}}"
     cm = f"{{{dst.base}, {dst.strides[o.index(m)]}, {dst.strides[o.index(n)]}}}"
-    epi = _lambda(ctx, eqn, o, {}, m, n)
     c = ctx.ctype(eqn.outs[0].type)
+    by_column = _column_affine(ctx, eqn, o, m, n)
+    epi = f"ks::column_affine_epilogue<{c}>({by_column})" if by_column else _lambda(ctx, eqn, o, {}, m, n)
+    epi = f"ks::product_epilogue<{c}>({epi})" if epi and not by_column else epi
     call = f"({dims}, {am}, {{{sb.base}, {ctx.dim(sizes[k])}}}, {cm}, " \
-           f"{'true' if into else 'false'}{f', ks::product_epilogue<{c}>({epi})' if epi else ''});"
+           f"{'true' if into else 'false'}{f', {epi}' if epi else ''});"
     if eqn.params.get("threads", 0) > 1:
         _emit_product_parts(ctx, eqn, "ks::parts::packed_gemm", c, [sizes[ch] for ch in (m, n, k)], call)
     else:

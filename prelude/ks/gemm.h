@@ -75,6 +75,7 @@ struct affine {
     T lo = -std::numeric_limits<T>::infinity();
     T hi = std::numeric_limits<T>::infinity();
     bool on = false;
+    bool columns = false;  // (the bias by column, bias[j]: a channels-last product's, set by epilogue::in_tiles)
 
     explicit operator bool() const { return on; }
 
@@ -100,6 +101,12 @@ struct affine {
 // i is the output channel and j the flat output position. No run: nothing to apply, or, with self, self is a
 // ks::affine (ks::affine_epilogue: no member of its own, so that the epilogues the kernels copy stay small; one
 // more made GCC's frames of tiles::block 60% larger).
+// Whether the tiles apply an affine epilogue by column (ks::column_affine_epilogue) to their accumulators: for float;
+// a double one runs as any epilogue over each block (in the tiles it made tiles::block<double, .., 8, ..>'s frame 560 B
+// on AVX-512, over the kernel layer's 512 B).
+template <class T>
+constexpr bool columns_in_tiles = sizeof(T) == 4;
+
 template <class T>
 struct epilogue {
     using run_fn = void (*)(const void* self, int64_t image, int64_t i, int64_t j, T* out, int64_t rs, int64_t cs,
@@ -118,6 +125,18 @@ struct epilogue {
         return run == nullptr && self != nullptr && !swapped ? simple().from(first + i) : affine<T>{};
     }
     const affine<T>& simple() const { return *static_cast<const affine<T>*>(self); }
+
+    // The affine epilogue a block of tiles applies itself to its result from (i, j) on: by row as in_registers, or,
+    // for an affine epilogue by column (ks::column_affine_epilogue: swapped, the bias per column j, which is a
+    // channels-last product's output channel, one per vector lane), by column from j on.
+    affine<T> in_tiles(int64_t i, int64_t j) const {
+        if (run != nullptr || self == nullptr || (swapped && !columns_in_tiles<T>)) {
+            return affine<T>{};
+        }
+        affine<T> a = simple().from(first + (swapped ? j : i));
+        a.columns = swapped;
+        return a;
+    }
 
     // f over rows x cols results from (i, j) of this product at out (element (r, q) at out[r·rs + q·cs]).
     void operator()(int64_t i, int64_t j, T* out, int64_t rs, int64_t cs, int64_t rows, int64_t cols) const {
@@ -189,8 +208,8 @@ constexpr int vector_bytes = 0;  // no vector unit: one lane
 // microcontroller) the block applies it after its tiles, as any epilogue: in the tile it made each of the
 // Cortex-M4's four blocks of tiles about 1 KB larger.
 constexpr bool affine_in_tiles = vector_bytes > 0;
-// The AFFINE argument of ks::tiles::block for the blocks that never get an affine epilogue (the Winograd products,
-// packed_gemm's tall tiles): false, no code for it in their tiles; with one lane, where no tile applies one, true:
+// The AFFINE argument of ks::tiles::block for the blocks that never get an affine epilogue (the Winograd products):
+// false, no code for it in their tiles; with one lane, where no tile applies one, true:
 // the other blocks' instantiation, not a copy of it in a microcontroller's flash.
 constexpr bool never_affine = !affine_in_tiles;
 #ifdef KS_GEMM_TILE_OVERRIDE  // (rows, panels), to measure other shapes
@@ -378,6 +397,18 @@ inline typename simd<T>::v finish(typename simd<T>::v x, const affine<T>& e, T b
     return x > hi ? hi : x;
 }
 
+// The same with a vector of biases, one per lane (an affine epilogue by column: ks::affine::columns).
+template <class T>
+inline typename simd<T>::v finish_lanes(typename simd<T>::v x, const affine<T>& e, typename simd<T>::v b) {
+    using V = typename simd<T>::v;
+    if (e.bias != nullptr) {
+        x += b;
+    }
+    const V lo = splat<T>(e.lo), hi = splat<T>(e.hi);
+    x = x < lo ? lo : x;
+    return x > hi ? hi : x;
+}
+
 template <class T>
 inline void store(typename simd<T>::v x, T* out, int n, bool load_c) {
     if (n == simd<T>::lanes) {
@@ -430,22 +461,26 @@ inline void store(typename simd<T>::v x, T* out, int n, bool load_c) {
 #pragma GCC diagnostic pop
 #endif
 
-// An affine epilogue over rows just stored (rows x cols at c, rows c_rs apart; its rows are fin's from r0 on),
-// read back from cache and written again: the rows a tall block leaves to ks::tiles::block's default tiles.
+// An affine epilogue over rows just stored (rows x cols at c, rows c_rs apart), read back from cache and written
+// again: the rows a tall block leaves to ks::tiles::block's default tiles, a partial tile's. `first`: the bias index
+// of c's first row (an affine by row) or of its first column (by column, fin.columns).
 template <class T>
-__attribute__((noinline)) void finish_rows(const affine<T>& fin, int64_t r0, T* c, int64_t c_rs, int64_t rows,
+__attribute__((noinline)) void finish_rows(const affine<T>& fin, int64_t first, T* c, int64_t c_rs, int64_t rows,
                                            int64_t cols) {
     constexpr int L = simd<T>::lanes;
+    const T* by_column = fin.columns && fin.bias != nullptr ? fin.bias + first : nullptr;
     for (int64_t r = 0; r < rows; ++r) {
         T* o = c + r * c_rs;
-        const T b = fin.bias != nullptr ? fin.bias[r0 + r] : T(0);
+        const T b = fin.bias != nullptr && !fin.columns ? fin.bias[first + r] : T(0);
         int64_t q = 0;
         for (; q + L <= cols; q += L) {
-            const typename simd<T>::v x = finish<T>(load<T>(o + q), fin, b);
+            const typename simd<T>::v x = by_column != nullptr
+                                              ? finish_lanes<T>(load<T>(o + q), fin, load<T>(by_column + q))
+                                              : finish<T>(load<T>(o + q), fin, b);
             std::memcpy(o + q, &x, sizeof x);
         }
         for (; q < cols; ++q) {
-            o[q] = fin.apply(o[q], b);
+            o[q] = fin.apply(o[q], by_column != nullptr ? by_column[q] : b);
         }
     }
 }
@@ -507,11 +542,13 @@ struct table_rows {
 // template flag rather than folded arguments, so that they stay constants where GCC calls a tile out of line
 // (it does when many products share an instantiation, e.g. a gradient's: docs/performance.md).
 // LIVE < MR: only the first LIVE rows are c's; row LIVE + r repeats a's row r negated and is not stored (padded).
-// FIN: the tile applies an affine epilogue fin (its rows from r0 on) when fin is not null; without, no code for it.
+// FIN: the tile applies an affine epilogue fin when fin is not null (its bias from index `first` on: of the tile's
+// first row, or of its first column for an affine by column); without, no code for it. (One offset for both: a
+// column offset of its own made ks::tiles::block's frame 560-576 B on AVX-512, over the kernel layer's 512 B.)
 template <class T, int MR, int NP, bool PACKED = false, int LIVE = MR, bool FIN = false, class Rows>
 inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows& b, T* c,
                                      int64_t c_rs, int cols, bool load_c, ahead pf = {}, const affine<T>* fin = nullptr,
-                                     int64_t r0 = 0) {
+                                     int64_t first = 0) {
     using V = typename simd<T>::v;
     constexpr int P = panel_width<T>;
     constexpr int W = P / simd<T>::lanes;  // vectors per panel row
@@ -571,6 +608,25 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
     const int width = b.width();
     // (Both stores unrolled: the accumulators stay in registers, and the frame small: KS_UNROLL.)
     if (width == P && cols == NP * P) {  // a whole tile: the accumulators stored as they are
+        if constexpr (columns_in_tiles<T>) {
+          if (FIN && fin != nullptr && fin->columns) {  // (by column: a bias vector per column vector, for every row)
+            const T* bias = fin->bias != nullptr ? fin->bias + first : nullptr;
+            KS_UNROLL for (int q = 0; q < NP * W; ++q) {
+                const V b = bias != nullptr ? load<T>(bias + q * simd<T>::lanes) : splat<T>(T(0));
+                KS_UNROLL for (int r = 0; r < LIVE; ++r) {
+                    T* out = c + r * c_rs + q * simd<T>::lanes;
+                    V x = acc[0][r][q];
+                    if (load_c) {
+                        x += load<T>(out);
+                    }
+                    x = finish_lanes<T>(x, *fin, b);
+                    std::memcpy(out, &x, sizeof x);
+                }
+            }
+            return;
+          }
+        }
+        const bool by_row = FIN && fin != nullptr && (!columns_in_tiles<T> || !fin->columns);
         KS_UNROLL for (int r = 0; r < LIVE; ++r) {
             T* out = c + r * c_rs;
             KS_UNROLL for (int q = 0; q < NP * W; ++q) {
@@ -578,8 +634,8 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
                 if (load_c) {
                     x += load<T>(out + q * simd<T>::lanes);
                 }
-                if (FIN && fin != nullptr) {
-                    x = finish<T>(x, *fin, fin->bias != nullptr ? fin->bias[r0 + r] : T(0));
+                if (by_row) {
+                    x = finish<T>(x, *fin, fin->bias != nullptr ? fin->bias[first + r] : T(0));
                 }
                 std::memcpy(out + q * simd<T>::lanes, &x, sizeof x);
             }
@@ -608,7 +664,7 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
             }
         }
         if (FIN && fin != nullptr) {  // (a partial tile, at an edge: from cache, not in every store)
-            finish_rows<T>(*fin, r0, c, c_rs, LIVE, cols);
+            finish_rows<T>(*fin, first, c, c_rs, LIVE, cols);
         }
     }
 }
@@ -644,10 +700,11 @@ template <class T, int MR, int NP, bool PACKED, int LIVE = MR, bool FIN = false,
 inline void tile(int64_t kc, const row_tiles<T>& a, const T* at, const Rows& b, T* c, int64_t c_rs, int cols,
                  bool load_c, const tile_epilogue<T>& after = {}, int64_t r0 = 0, int64_t c0 = 0, ahead pf = {}) {
     constexpr bool fin = FIN && affine_in_tiles;  // (with one lane, no code for it)
+    const int64_t first = fin && after.regs != nullptr && after.regs->columns ? c0 : r0;  // (the affine's bias index)
     if constexpr (PACKED) {
-        micro<T, MR, NP, true, LIVE, fin>(kc, at, 1, row_block, b, c, c_rs, cols, load_c, pf, after.regs, r0);
+        micro<T, MR, NP, true, LIVE, fin>(kc, at, 1, row_block, b, c, c_rs, cols, load_c, pf, after.regs, first);
     } else {
-        micro<T, MR, NP, false, LIVE, fin>(kc, at, a.rs, a.cs, b, c, c_rs, cols, load_c, pf, after.regs, r0);
+        micro<T, MR, NP, false, LIVE, fin>(kc, at, a.rs, a.cs, b, c, c_rs, cols, load_c, pf, after.regs, first);
     }
     if (after.epi != nullptr) {
         (*after.epi)(after.i + r0, after.j + c0, c, c_rs, 1, LIVE, cols);
@@ -731,7 +788,7 @@ KS_OWN_FRAME void block_rest(int64_t m, int64_t whole, int64_t kc, const row_til
                                      c + whole * c_rs, c_rs, cols, load_c, {after.epi, after.i, after.j}, whole);
     }
     if (after.regs != nullptr) {  // (here, not in the tiles above: its tiles made this frame 70% larger)
-        finish_rows<T>(*after.regs, whole, c + whole * c_rs, c_rs, m - whole, cols);
+        finish_rows<T>(*after.regs, after.regs->columns ? 0 : whole, c + whole * c_rs, c_rs, m - whole, cols);
     }
 }
 
@@ -746,14 +803,17 @@ KS_OWN_FRAME void block_rest(int64_t m, int64_t whole, int64_t kc, const row_til
 // finish_rows to the rows left below them (rest_rows' tiles of fewer rows store as they are: the affine in each
 // of them was a third of the kernel layer's text). The generated code passes one to convolutions alone
 // (prims/convolve.py); the products' blocks share the convolutions' instantiation (one copy of its code), and the
-// two that never get one have no code for it (never_affine: the Winograd products and packed_gemm's tall tiles).
+// Winograd products, which never get one, have no code for it (never_affine). packed_gemm's tall tiles apply one too:
+// an affine epilogue by column (ks::column_affine_epilogue), a channels-last pointwise layer's bias and bounds, in the
+// accumulators' registers, one bias vector per column vector of the tile (through a lambda over each block, the
+// epilogue had made such a product 1.4-1.7 times as slow on large planes: docs/performance.md).
 template <class T, bool PACKED, int MR, bool AFFINE, class Rows>
 KS_BLOCK void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b, int panels, T* c,
                   int64_t c_rs, int64_t cols, bool load_c, bool last, int64_t j, const epilogue<T>& epi, int64_t i0) {
     static_assert(MR == row_block || !PACKED, "a packed a is cut into tiles of row_block rows");
     constexpr int NP = panel_block;
     const int P = b.width();  // (the columns of c a panel stores)
-    const affine<T> regs = AFFINE && affine_in_tiles && last ? epi.in_registers(i0) : affine<T>{};
+    const affine<T> regs = AFFINE && affine_in_tiles && last ? epi.in_tiles(i0, j) : affine<T>{};
     const bool per_tile = last && epi && !regs && (c_rs * int64_t(sizeof(T))) % 4096 == 0 && m > MR;
     const tile_epilogue<T> after{per_tile ? &epi : nullptr, i0, j, regs ? &regs : nullptr};
     int64_t whole = m - m % MR;
@@ -983,6 +1043,8 @@ template <class T>
 KS_DOTS void dot_epilogue(const epilogue<T>& epi, int64_t i, T* out, int64_t cs, int64_t n) {
     if (epi.run != nullptr) {
         epi.run(epi.self, epi.image, epi.first + i, 0, out, 0, cs, 1, n);
+    } else if (epi.swapped) {  // (an affine epilogue by column, ks::column_affine_epilogue: ks::epilogue's own loop)
+        epi(i, 0, out, 0, cs, 1, n);
     } else if (epi.self != nullptr) {  // (an affine epilogue: the row's bias and bounds)
         const affine<T>& f = epi.simple();
         const T b = f.bias != nullptr ? f.bias[epi.first + i] : T(0);
@@ -1164,7 +1226,8 @@ void tiled_gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, matrix<const
     tiles::rows<T>(m, n, k, a, b, c, accumulate, scratch, epi);
 }
 
-// c = epi(a · b) (or epi(c + a · b)) with b stored as panels (ks::panels): no packing on any call. (It was
+// c = epi(a · b) (or epi(c + a · b)) with b stored as panels (ks::panels): no packing on any call. An affine epilogue
+// (by row, or by column: ks::column_affine_epilogue) is applied in the tiles' registers. (It was
 // `flatten`, after GCC had called the 12-row tile out of line 7-10% slower (docs/performance.md); with the tiles'
 // accumulators in registers (KS_UNROLL) it runs as fast without, in a 0.5 KB frame instead of 3 KB.)
 template <class T>
@@ -1204,7 +1267,7 @@ void packed_gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, panels<T> b
         const int count = static_cast<int>((cols + P - 1) / P);
         for (int64_t k0 = 0; k0 < k; k0 += step) {
             const int64_t kc = k - k0 < step ? k - k0 : step;
-            tiles::block<T, false, tiles::tall_block, tiles::never_affine>(
+            tiles::block<T, false, tiles::tall_block, true>(
                 m, kc, tiles::rows_of(a.data + k0 * a.cs, a.rs, a.cs),
                 tiles::panel_rows<T>{b.data + (j0 / P) * b.k * P + k0 * P, P, b.k * P, true}, count, c.data + j0, c.rs,
                 cols, accumulate || k0 > 0, k0 + kc >= k, j0, epi);

@@ -167,6 +167,15 @@ epilogue<T> affine_epilogue(const affine<T>& f) {
     return {nullptr, &f};
 }
 
+// The same by column: v + bias[j] of a product's column j (a channels-last result's output channel: one per vector
+// lane), then the bounds; ks::packed_gemm's and ks::tiled_gemm's tiles apply it to their accumulators as they store.
+template <class T>
+epilogue<T> column_affine_epilogue(const affine<T>& f) {
+    epilogue<T> e{nullptr, &f};
+    e.swapped = true;
+    return e;
+}
+
 }  // inline namespace KS_KERNELS
 }  // namespace ks
 

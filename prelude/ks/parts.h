@@ -212,12 +212,14 @@ inline void product_ranges(int part, int parts, int64_t m, int64_t n, const epil
     if (r.size() <= 0) {
         return;
     }
+    // (An affine epilogue by column, ks::column_affine_epilogue: its first index is a column's, not a row's.)
+    const bool by_column = epi.run == nullptr && epi.swapped;
     if (!by_columns<T>(n, parts)) {
-        call(r.size(), n, r.begin, int64_t(0), epi.group(0, r.begin));
+        call(r.size(), n, r.begin, int64_t(0), by_column ? epi : epi.group(0, r.begin));
         return;
     }
     if (epi.run == nullptr) {  // (none, or a bias and bounds per row: the columns do not matter)
-        call(m, r.size(), int64_t(0), r.begin, epi);
+        call(m, r.size(), int64_t(0), r.begin, by_column ? epi.group(0, r.begin) : epi);
         return;
     }
     const shifted<T> moved{epi, r.begin};

@@ -6,6 +6,7 @@
 // AVX-512's two panels per tile). No framework: prints each failure and returns nonzero.
 #define KS_KERNELS_INSTANTIATE  // (the kernels instantiated here, as src/ks/kernels.cpp does)
 #include <ks/kernels.h>
+#include <ks/channels_last.h>  // (not in the kernel layer until a pass calls it: docs/performance.md)
 
 #include <cmath>
 #include <cstdint>
@@ -414,6 +415,177 @@ void depthwise_convs(uint64_t& state) {
     }
 }
 
+// An affine epilogue by column (ks::column_affine_epilogue: bias[j], bounds; a channels-last product's) through
+// ks::packed_gemm and ks::tiled_gemm (packed blocks and rows in place), against the loops and, bit for bit, against
+// the same epilogue as a lambda (the bias of column 0 NaN; none at all every third product).
+template <class T>
+void check_column_affine(int64_t m, int64_t n, int64_t k, int how, uint64_t& state) {
+    std::vector<T> a(m * k), b(k * n), bias(n);
+    for (auto& v : a) v = T(noise(state));
+    for (auto& v : b) v = T(noise(state));
+    for (auto& v : bias) v = T(noise(state));
+    const bool with_bias = (m + n + k) % 3 != 0;
+    const unsigned bounds = 1 + unsigned(state % 3);
+    const T lo = T(-0.25), hi = T(0.5);
+    const auto lambda = [&](int64_t, int64_t j, T v) {
+        T t = with_bias ? v + bias[j] : v;
+        t = (bounds & 1) && t < lo ? lo : t;
+        return (bounds & 2) && t > hi ? hi : t;
+    };
+    constexpr int P = ks::panel_width<T>;
+    std::vector<T> panels((n + P - 1) / P * P * k, T(0)), room(ks::tiled_gemm_scratch<T>(m, n, k));
+    for (int64_t p = 0; p < k; ++p) {
+        for (int64_t j = 0; j < n; ++j) {
+            panels[(j / P) * k * P + p * P + j % P] = b[p * n + j];
+        }
+    }
+    const auto run = [&](const ks::epilogue<T>& e) {
+        std::vector<T> c(m * n, T(3));
+        const ks::matrix<const T> ma{a.data(), k, 1}, mb{b.data(), n, 1};
+        const ks::matrix<T> mc{c.data(), n, 1};
+        if (how == 0) {
+            ks::packed_gemm<T>(m, n, k, ma, {panels.data(), k}, mc, false, e);
+        } else if (how == 3) {  // (in 3 parts, as on 3 threads: ranges of whole panels, or of rows when n is small)
+            for (int part = 0; part < 3; ++part) {
+                ks::parts::packed_gemm<T>(part, 3, 0, m, n, k, ma, {panels.data(), k}, mc, false, e);
+            }
+        } else {
+            ks::tiled_gemm<T>(m, n, k, ma, mb, mc, false, how == 1 ? room.data() : nullptr, e);
+        }
+        return c;
+    };
+    double err = 0;
+    for (int pass = 0; pass < 2; ++pass) {
+        bias[0] = pass == 0 ? T(noise(state)) : std::numeric_limits<T>::quiet_NaN();
+        const ks::affine<T> f = ks::make_affine<T>(with_bias ? bias.data() : nullptr, bounds, lo, hi);
+        const std::vector<T> got = run(ks::column_affine_epilogue<T>(f)), same = run(ks::product_epilogue<T>(lambda));
+        err = std::memcmp(got.data(), same.data(), sizeof(T) * got.size()) == 0 ? err : 1e9;
+        for (int64_t i = 0; pass == 0 && i < m; ++i) {
+            for (int64_t j = 0; j < n; ++j) {
+                double d = 0;
+                for (int64_t p = 0; p < k; ++p) {
+                    d += double(a[i * k + p]) * double(b[p * n + j]);
+                }
+                const double e = std::fabs(double(got[i * n + j]) - double(lambda(i, j, T(d))));
+                err = e <= err ? err : e;
+            }
+        }
+    }
+    const char* what = how == 0   ? "packed_gemm, affine by column"
+                       : how == 3 ? "parts::packed_gemm, affine by column"
+                                  : "tiled_gemm, affine by column";
+    report<T>(err, k, what, m, n, k, how);
+}
+
+template <class T>
+void column_affines(uint64_t& state) {
+    const int64_t ms[] = {1, 3, 5, 8, 12, 13, 25, 49, 64};
+    const int64_t ns[] = {1, 7, 16, 24, 33, 96, 130};
+    const int64_t ks[] = {1, 8, 37, 300};
+    for (int64_t m : ms) {
+        for (int64_t n : ns) {
+            for (int64_t k : ks) {
+                for (int how = 0; how < 4; ++how) {
+                    if (m * n * k <= 200000 || how == 0) {
+                        check_column_affine<T>(m, n, k, how, state);
+                    }
+                }
+            }
+        }
+    }
+}
+
+// ks::conv_depthwise_cl (channels-last images) against the loops (x and y transposed around it), with no epilogue,
+// a lambda over each row (channel stride 1, position stride C) and an affine one, which must equal the lambda bit
+// for bit (the bias of channel 0 NaN).
+template <class T>
+void check_depthwise_cl(const ks::conv_shape& s, int64_t images, int epi_kind, uint64_t& state) {
+    const int64_t C = s.channels, in = s.in_plane(), n = s.positions();
+    std::vector<T> x(images * C * in), w(C * s.taps()), bias(C);
+    for (auto& v : x) v = T(noise(state));
+    for (auto& v : w) v = T(noise(state));
+    for (auto& v : bias) v = T(noise(state));
+    std::vector<T> xl(x.size());
+    for (int64_t i = 0; i < images; ++i) {
+        for (int64_t c = 0; c < C; ++c) {
+            for (int64_t p = 0; p < in; ++p) {
+                xl[(i * in + p) * C + c] = x[(i * C + c) * in + p];
+            }
+        }
+    }
+    const auto epi = [&bias](int64_t image, int64_t m, int64_t q, T v) {
+        const T t = v + bias[m] - T(0.001) * T(q) + T(0.1) * T(image);
+        return t < T(0) ? T(0) : t;
+    };
+    const T lo = T(-0.25), hi = T(0.5);
+    const auto clamp = [&bias, lo, hi](int64_t, int64_t m, int64_t, T v) {
+        T t = v + bias[m];
+        t = t < lo ? lo : t;
+        return t > hi ? hi : t;
+    };
+    const auto run = [&](const ks::epilogue<T>& e) {
+        std::vector<T> y(images * C * n + 1, T(7));
+        std::vector<T> room(ks::depthwise_cl_scratch<T>(s), std::numeric_limits<T>::quiet_NaN());
+        ks::conv_depthwise_cl<T>(s, images, xl.data(), w.data(), y.data(), room.data(), e);
+        return y;
+    };
+    std::vector<T> want = conv_loops<T>(s, images, x, w);
+    const ks::affine<T> f = ks::make_affine<T>(bias.data(), 3, lo, hi);
+    std::vector<T> y = epi_kind == 0 ? run({}) : epi_kind == 1 ? run(ks::conv_epilogue<T>(epi))
+                                                               : run(ks::affine_epilogue<T>(f));
+    double err = y.back() == T(7) ? 0 : 1e9;  // (nothing written past the result)
+    for (int64_t i = 0; i < images; ++i) {
+        for (int64_t c = 0; c < C; ++c) {
+            for (int64_t q = 0; q < n; ++q) {
+                T v = want[(i * C + c) * n + q];
+                v = epi_kind == 1 ? epi(i, c, q, v) : epi_kind == 2 ? clamp(i, c, q, v) : v;
+                const double d = std::fabs(double(y[(i * n + q) * C + c]) - double(v));
+                err = d <= err ? err : d;
+            }
+        }
+    }
+    if (epi_kind == 2) {
+        bias[0] = std::numeric_limits<T>::quiet_NaN();
+        const std::vector<T> a = run(ks::affine_epilogue<T>(f)), b = run(ks::conv_epilogue<T>(clamp));
+        err = std::memcmp(a.data(), b.data(), sizeof(T) * a.size()) == 0 ? err : 1e9;
+    }
+    report<T>(err, s.depth(), "conv_depthwise_cl", C, n, s.depth(), epi_kind);
+}
+
+// Channels-last depthwise convolutions: MobileNet's and EfficientNet's kernels (3 × 3 and 5 × 5, strides 1 and 2,
+// padding of half the kernel, none or more on one side; rows 1 to 40 wide: runs of 8, 4 and 1-3 between the edge
+// positions; channel counts that are not multiples of a vector), then any kernel, stride, dilation and padding.
+template <class T>
+void depthwise_cl_convs(uint64_t& state) {
+    for (int trial = 0; trial < 160; ++trial) {
+        ks::conv_shape s{};
+        s.channels = s.groups = s.out_channels = 1 + trial % 37;
+        s.in[0] = s.out[0] = s.kernel[0] = s.stride[0] = s.dilation[0] = 1;
+        const int64_t k = trial % 2 == 0 ? 3 : 5, stride = 1 + trial / 2 % 2, wide = 1 + trial / 4 % 40;
+        for (int a = 1; a < 3; ++a) {
+            s.kernel[a] = k;
+            s.stride[a] = a == 2 ? stride : 1 + trial % 3 % 2;
+            s.dilation[a] = 1;
+            s.pad[a] = trial % 5 == 0 ? 0 : trial % 5 == 1 ? k - 1 : k / 2;
+            const int64_t out = a == 2 ? wide : 1 + trial % 9;
+            s.out[a] = out;
+            s.in[a] = (out - 1) * s.stride[a] + k - 2 * s.pad[a] + (trial % 7 == 0 ? s.stride[a] - 1 : 0);
+            if (s.in[a] < 1) {
+                s.pad[a] = 0;
+                s.in[a] = (out - 1) * s.stride[a] + k;
+            }
+        }
+        check_depthwise_cl<T>(s, 1 + trial % 2, trial % 3, state);
+    }
+    for (int trial = 0; trial < 160; ++trial) {
+        ks::conv_shape s{};
+        s.channels = s.groups = s.out_channels = 1 + trial % 41;
+        if (random_axes(s, 2, 2.4, 1.4, 1.4, 7.5, 12.5, 1.9, state)) {
+            check_depthwise_cl<T>(s, 1 + trial % 2, trial % 3, state);
+        }
+    }
+}
+
 }  // namespace
 
 int main() {
@@ -428,6 +600,10 @@ int main() {
     phased_convs<double>(state);
     depthwise_convs<float>(state);
     depthwise_convs<double>(state);
+    column_affines<float>(state);
+    column_affines<double>(state);
+    depthwise_cl_convs<float>(state);
+    depthwise_cl_convs<double>(state);
     std::printf("%d checks, %d failed (tile %d x %d panels)\n", runs, failures, ks::tiles::row_block,
                 ks::tiles::panel_block);
     return failures != 0;

@@ -62,12 +62,8 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
     (void)next_slot;
     float* const tmp6 = prod3;  // reuses a dead buffer's space
     // export.py: node addmm (aten.addmm.default)
-    const auto epilogue = [&](int64_t, int64_t col, float v) {
-        const float x_i = ks_data_0[col];
-        const float t1 = (x_i + v);
-        return t1;
-    };
-    ks::packed_gemm<float>(batch, 256, 64, {input, 64, 1}, {ks_data_12, 64}, {prod, 256, 1}, false, ks::product_epilogue<float>(epilogue));
+    const auto epilogue = ks::make_affine<float>(ks_data_0, 0, 0, 0);
+    ks::packed_gemm<float>(batch, 256, 64, {input, 64, 1}, {ks_data_12, 64}, {prod, 256, 1}, false, ks::column_affine_epilogue<float>(epilogue));
     // ../relu3/relu3.py:6, 8, 9, 11
     for (int64_t i = 0; i < (256*batch); ++i) {
         const float prod_i = prod[i];
@@ -94,12 +90,12 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
         tmp1[i] = t1;
     }
     // export.py: node addmm_1 (aten.addmm.default)
-    const auto epilogue1 = [&](int64_t, int64_t col1, float v1) {
-        const float x_i = ks_data_1[col1];
-        const float t1 = (x_i + v1);
-        const float tmp_i = tmp[col1];
+    const auto epilogue1 = [&](int64_t, int64_t col, float v) {
+        const float x_i = ks_data_1[col];
+        const float t1 = (x_i + v);
+        const float tmp_i = tmp[col];
         const float t2 = (t1 * tmp_i);
-        const float x_i1 = tmp1[col1];
+        const float x_i1 = tmp1[col];
         const float t3 = (t2 + x_i1);
         return t3;
     };
@@ -130,12 +126,12 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
         tmp3[i] = t1;
     }
     // export.py: node addmm_2 (aten.addmm.default)
-    const auto epilogue2 = [&](int64_t, int64_t col2, float v2) {
-        const float x_i = ks_data_4[col2];
-        const float t1 = (x_i + v2);
-        const float x_i1 = tmp2[col2];
+    const auto epilogue2 = [&](int64_t, int64_t col1, float v1) {
+        const float x_i = ks_data_4[col1];
+        const float t1 = (x_i + v1);
+        const float x_i1 = tmp2[col1];
         const float t2 = (t1 * x_i1);
-        const float x_i2 = tmp3[col2];
+        const float x_i2 = tmp3[col1];
         const float t3 = (t2 + x_i2);
         return t3;
     };

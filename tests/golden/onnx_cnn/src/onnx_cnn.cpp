@@ -83,12 +83,8 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
         }
     }
     // ONNX node /fc/Gemm (Gemm)
-    const auto epilogue = [&](int64_t, int64_t col, float v) {
-        const float x_i = ks_data_5[col];
-        const float logits_i = (v + x_i);
-        return logits_i;
-    };
-    ks::packed_gemm<float>(batch, 10, 16, {GlobalAveragePool, 16, 1}, {ks_data_4, 16}, {out, 10, 1}, false, ks::product_epilogue<float>(epilogue));
+    const auto epilogue = ks::make_affine<float>(ks_data_5, 0, 0, 0);
+    ks::packed_gemm<float>(batch, 10, 16, {GlobalAveragePool, 16, 1}, {ks_data_4, 16}, {out, 10, 1}, false, ks::column_affine_epilogue<float>(epilogue));
     return ks::status::ok;
 }
 
