@@ -66,7 +66,7 @@ def declare_outputs(w: Writer, outs: Sequence[Var], inner: Sequence[str] = ()) -
     takes the name its body gives it (`inner`: a loop's `sum` of sum(...), an if's `x` of both branches)."""
     handles: list[Handle] = []
     for v, hint in zip(outs, list(inner) + [""] * len(outs)):
-        hint = v.hint or hint
+        hint = v.hint or hint or w.derived.get(v, "")
         if v.type.rank == 0:
             name = w.namer.fresh(hint or "r", source=bool(hint))
             w.line(f"{w.ctype(v.type)} {name};")

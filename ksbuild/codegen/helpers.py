@@ -82,6 +82,7 @@ def _write(fn: Func, dims: list[str], caller, name: str) -> Helper:
 
     namer = Namer(dims + list(C_KEYWORDS), [v.hint for v in walk_vars(fn) if v.hint])
     w = Writer(namer, Workspace(on_stack=True), data=caller.data, forms=caller.forms, source_root=caller.source_root)
+    w.name_values(fn)
     w.helpers, w.dims = caller.helpers, dims
     args = [c_identifier(p.hint, namer, f"x{i}") for i, p in enumerate(fn.params)]
     w.env.update(zip(fn.params, args))
@@ -112,6 +113,7 @@ def _write_tensor(fn: Func, dims: list[str], caller, name: str) -> Helper:
     namer = Namer(dims + list(C_KEYWORDS), [v.hint for v in walk_vars(fn) if v.hint])
     w = Writer(namer, Workspace(on_stack=False), plan=fn.plan, data=caller.data, forms=caller.forms,
                source_root=caller.source_root)
+    w.name_values(fn)
     w.helpers, w.dims = caller.helpers, dims
     params = []
     for i, p in enumerate(fn.params):
