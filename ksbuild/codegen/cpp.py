@@ -193,7 +193,7 @@ class Namer:
         base = hint if hint and hint.isidentifier() and not hint[0].isdigit() else "t"
         if is_macro_like(base) or base.startswith("ks_"):  # (NAN or M_PI would be <cmath>'s macro; ks_data_0 a
             base = f"v{base}" if base.startswith("_") else f"v_{base}"  # constant of the package)
-        taken = base in self.used or base == "t" or (not source and base in self.source_names) or \
+        taken = base in self.used or (base == "t" and not source) or (not source and base in self.source_names) or \
             (depth == 0 and base in self.declared)  # (a workspace slot's pointer, in scope everywhere)
         name = self._numbered(base, depth == 0) if taken else base
         return self._take(name, self.depth if depth is None else depth)

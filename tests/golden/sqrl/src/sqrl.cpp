@@ -21,7 +21,7 @@ int sqrl_sqrl(int64_t n, const float* x, float* out, void* workspace) {
     if (n < 0) return ks::status::err_shape;
     if (workspace == nullptr && sqrl_sqrl_workspace_size(n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    float* const t1 = reinterpret_cast<float*>(next_slot);
+    float* const t = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
     (void)next_slot;
     // sqrl.py:10: y = torch.sum(x)
@@ -43,14 +43,14 @@ int sqrl_sqrl(int64_t n, const float* x, float* out, void* workspace) {
         for (int64_t i = 0; i < n; ++i) {
             const float x_i = x[i];
             const float t_i = ((-0.125f) * x_i);
-            t1[i] = t_i;
+            t[i] = t_i;
         }
     } else {
         // sqrl.py:14: t = 0.5 * x ** 2
         for (int64_t i = 0; i < n; ++i) {
             const float x_i = x[i];
             const float t_i = (0.5f * ks::ipow<2>(x_i));
-            t1[i] = t_i;
+            t[i] = t_i;
         }
     }
     // sqrl.py:15: return torch.mean(torch.sin(t) * t)
@@ -60,7 +60,7 @@ int sqrl_sqrl(int64_t n, const float* x, float* out, void* workspace) {
         float mul_t_sum_block = 0;
         KS_OMP_SIMD(reduction(+:mul_t_sum_block))
         for (int64_t i = block; i < block_end; ++i) {
-            const float t_i = t1[i];
+            const float t_i = t[i];
             mul_t_sum_block += (std::sin(t_i) * t_i);
         }
         mul_t_sum += mul_t_sum_block;
