@@ -1,4 +1,5 @@
-"""How many of the locals and loop counters in a generated C++ source are numbered (t12, sum1, r2, i1).
+"""How many of the locals and loop counters in a generated C++ source are numbered (t12, sum1, r2, i1), and how
+many of its loop nests stand under a comment saying where they come from (`// gmm.py:47: ...`).
 
     python scripts/count_names.py build/src/gmm.cpp [more.cpp ...]
 
@@ -43,11 +44,39 @@ def shares(cpp: str) -> dict[str, float]:
             "counter_share": numbered(counters) / max(1, len(counters))}
 
 
+PREAMBLE = re.compile(rf"^\s*(KS_OMP|KS_SCALAR|\[=\]\(|\(void\)|(const )?{TYPES}\*?( const)? \w+( = .*)?;"
+                      r"|\w+(\[\w+\])? = [\w.\-]+;)")
+"""Lines that may stand between a loop nest and its comment: declarations (an accumulator, a workspace pointer, a
+carry and its initial value, a sum's first element), a pragma, the head of a step's lambda."""
+
+
+def loop_nests(cpp: str) -> list[tuple[int, bool]]:
+    """(line number, whether a comment stands over it) of each loop nest of the source: each `for` loop in no
+    other, the comment above it or above the declarations right before it."""
+    lines = cpp.splitlines()
+    out, depth, fors = [], 0, []
+    for n, line in enumerate(lines):
+        code = re.sub(r"//.*", "", line).strip()
+        if code.startswith("for (") and not fors:
+            j = n - 1
+            while j > 0 and PREAMBLE.match(lines[j]):
+                j -= 1
+            out.append((n + 1, lines[j].strip().startswith("// ")))
+        if code.startswith("for ("):
+            fors.append(depth)
+        depth += code.count("{") - code.count("}")
+        while fors and depth <= fors[-1]:
+            fors.pop()
+    return out
+
+
 def main(paths: list[str]) -> None:
     for p in paths:
-        s = shares(Path(p).read_text())
+        cpp = Path(p).read_text()
+        s, nests = shares(cpp), loop_nests(cpp)
         print(f"{p}: {s['numbered_locals']}/{s['locals']} locals numbered ({s['local_share']:.0%}), "
-              f"{s['numbered_counters']}/{s['counters']} loop counters ({s['counter_share']:.0%})")
+              f"{s['numbered_counters']}/{s['counters']} loop counters ({s['counter_share']:.0%}), "
+              f"{sum(c for _, c in nests)}/{len(nests)} loop nests under a comment")
 
 
 if __name__ == "__main__":

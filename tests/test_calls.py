@@ -313,6 +313,11 @@ def test_examples_gmm_with_every_tensor_helper_a_call(tmp_path):
     cpp = (tmp_path / "out/src/gmmcalls.cpp").read_text()
     for name in ("cholesky_factor", "log_wishart_prior", "fwd_cholesky_factor", "bwd_log_wishart_prior"):
         assert re.search(rf"^static void {name}\(", cpp, re.M), name
+    # a view is passed as it is, with its strides (qs = icf[:, :d]: rows of icf, row stride T), not packed first
+    # (50 packed copies before: qs_packed, ls_packed, ...)
+    assert re.search(r"^static void log_wishart_prior\(.*const double\* qs, int64_t qs_s0, const double\* ls, ", cpp,
+                     re.M) and "detail::log_wishart_prior(K, d, T, icf, T, (icf + d), T, " in cpp
+    assert "_packed" not in cpp
     data = ref.make_data(3, 4, 7)
     args = [data[k] for k in ("alphas", "means", "icf", "x", "gamma", "m")]
     grads = ref.gmm_grad_torch(data)[1:]

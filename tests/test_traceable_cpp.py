@@ -47,7 +47,8 @@ def test_gmm_loops_count_with_the_users_names_under_a_comment_naming_their_line(
         head = next(j for j in range(head, len(body)) if body[j].startswith(opening))
         line = next(n for n, s in enumerate(source, 1) if s.strip().startswith(text))
         comment = next(body[j] for j in range(head, 0, -1) if body[j].startswith("// "))
-        assert comment.startswith(f"// gmm.py:{line}: {text}"), (counter, comment)
+        assert comment.startswith(f"// gmm.py:{line}: {text}") or comment == f"// gmm.py:{line} (continued)", \
+            (counter, comment)
     assert not any(re.search(r"\b(k|i)\d+\b", line) for line in body), "a numbered counter where the user named one"
 
 
@@ -115,18 +116,63 @@ def test_integer_floordiv_by_one_folds_and_a_floats_does_not(gmm_cpp):
     assert not re.search(r"floordiv\(\w+, int64_t\{1\}\)", gmm_cpp)  # range(r)'s count r // 1 is r
 
 
+def _count_names():
+    import sys
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import count_names
+    return count_names
+
+
 def test_gmm_numbered_names_stay_below_their_measured_share(gmm_cpp):
-    """scripts/count_names.py's measure of examples/gmm's C++: at most 44% of its locals are numbered (t12, sum1;
+    """scripts/count_names.py's measure of examples/gmm's C++: at most 20% of its locals are numbered (t12, sum1;
     68% before index arithmetic was folded, scalar splats read as themselves and loop and if results named after
     their bodies; 675/1065 before carries were assigned where made, 659/1051 after; 656/1042 before unnamed floats
     read once were folded, loads named after their buffers and stacked residuals after their values, 356/781
-    after, 339/781 once accumulators were named after what they reduce, qs_sum) and none of its loop counters."""
-    import sys
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from count_names import shares
-    s = shares(gmm_cpp)
+    after, 339/781 once accumulators were named after what they reduce, qs_sum; 362/904 before the reverse loops'
+    carries took the cotangents' names and unnamed values names after what computes them, 166/904 after: 18%) and
+    none of its loop counters."""
+    s = _count_names().shares(gmm_cpp)
     assert s["locals"] > 500 and s["counters"] > 300
-    assert s["local_share"] <= 0.44 and s["numbered_counters"] == 0, s
+    assert s["local_share"] <= 0.20 and s["numbered_counters"] == 0, s
+
+
+def test_every_loop_nest_stands_under_a_comment_naming_its_source(gmm_cpp, tmp_path):
+    """Each loop nest of examples/gmm's and onnx_mlp's C++ has its comment (101 of gmm's 172 before: a second nest
+    of one line, a sum's zeroing loop and the sum, the copies into the outputs had none); a later nest of the line
+    says `// gmm.py:92 (continued)`, a copy into an output `// the result out_d_icf`."""
+    count_names = _count_names()
+    for cpp in (gmm_cpp, _render("onnx_mlp", "onnx_mlp", tmp_path)):
+        nests = count_names.loop_nests(cpp)
+        assert len(nests) > 5 and [n for n, under in nests if not under] == []
+    assert "    // gmm.py:53 (continued)\n" in gmm_cpp and "    // the result out_d_icf\n" in gmm_cpp
+
+
+def test_a_reverse_loops_carries_are_the_cotangents_of_the_forward_ones(gmm_cpp):
+    """vjp of gmm_tri's `for i` loop carries d_slse backwards (the cotangent of slse), and the inner r loop the
+    cotangent of sum: partial eval and transpose name a loop body's params after the body's they come from."""
+    grad = "\n".join(_function(gmm_cpp, "gmm_gmm_tri_grad"))
+    assert re.search(r"^ +double d_slse;$", grad, re.M) and re.search(r"^ +d_sum\d* = d_sum;$", grad, re.M)
+    assert re.search(r"double\* const exp_sub_scores_sum = ", grad)  # (the stacked sums of exp(scores - max))
+
+
+def test_unnamed_values_are_named_after_what_computes_them():
+    """exp(x) is exp_x, x - y is x_sub_y, a sum of x's elements x_sum, a view keeps its operand's name; a value made
+    from a made name takes one more form (exp_x_sub_y), and no further: the names do not grow into chains."""
+    from ksbuild.codegen.naming import derived_names
+    from ksbuild.ir.builder import Builder
+    from ksbuild.ir.core import Var
+    from ksbuild.ir.types import Type
+    b = Builder()
+    x, y = Var(Type("f64", ("n",)), "x"), Var(Type("f64", ("n",)), "y")
+    e, d = b.exp(x), b.sub(x, y)
+    ed = b.exp(d)
+    eed = b.exp(ed)
+    s = b.reduce_sum(x, axes=(0,))
+    row = b.slice(x, axis=0, start=0, stop=1)
+    f = b.func("f", [x, y], [e, ed, eed, s, b.neg(row)])
+    names = derived_names(f)
+    got = [names.get(v, "") for v in (f.results[0], f.results[1], f.results[2], f.results[3], f.results[4])]
+    assert got == ["exp_x", "exp_x_sub_y", "", "x_sum", "neg_x"], got
 
 
 def test_gmm_index_arithmetic_folds_and_results_take_their_bodys_names(gmm_cpp):
@@ -142,7 +188,8 @@ def test_gmm_index_arithmetic_folds_and_results_take_their_bodys_names(gmm_cpp):
 
 
 def test_a_carry_is_assigned_where_its_new_value_is_made(gmm_cpp):
-    """slse = (slse + (ks::log(acc1) + t1)); and an inlined call's result named after the callee, not slse1 = ...; slse = slse1;"""
+    """slse = (slse + (ks::log(exp_sub_scores_sum) + select_scores_max)); and an inlined call's result named after
+    the callee, not slse1 = ...; slse = slse1;"""
     tri_vec = "\n".join(_function(gmm_cpp, "gmm_gmm_tri_vec"))
     assert re.search(r"^ +slse = \(slse \+ .+\);$", tri_vec, re.M) and not re.search(r"\bslse\d", tri_vec)
     assert re.search(r"^ +double log_wishart_prior;$", "\n".join(_function(gmm_cpp, "gmm_gmm")), re.M)
@@ -176,11 +223,11 @@ def test_a_carry_whose_old_value_is_read_later_is_not_overwritten_early(tmp_path
 
 
 def test_unnamed_values_read_once_fold_into_their_reader_and_named_ones_stay(gmm_cpp):
-    """An unnamed float read once is written where it is read (slse = (slse + (ks::log(acc) + t1))); a value the
+    """An unnamed float read once is written where it is read (slse = (slse + (ks::log(...) + ...))); a value the
     source names stays a local of that name (n_w, frobenius), also when it is read once; a select's branches get
     no computation folded into them (they stay branch-free: a local before the select)."""
     tri = "\n".join(_function(gmm_cpp, "gmm_gmm_tri"))
-    assert re.search(r"^ +slse = \(slse \+ \(ks::log\(acc\d*\) \+ t\d+\)\);$", tri, re.M)
+    assert re.search(r"^ +slse = \(slse \+ \(ks::log\(exp_sub_scores_sum\) \+ select_scores_max\)\);$", tri, re.M)
     assert re.search(r"double scores_max = ", tri) and re.search(r"\bqs_sum \+= qs_i;", gmm_cpp)
     assert re.search(r"const double n_w = ", tri) and re.search(r"const double frobenius = \(\w+ \+ \w+\);", tri)
 

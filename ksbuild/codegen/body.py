@@ -66,7 +66,7 @@ def declare_outputs(w: Writer, outs: Sequence[Var], inner: Sequence[str] = ()) -
     takes the name its body gives it (`inner`: a loop's `sum` of sum(...), an if's `x` of both branches)."""
     handles: list[Handle] = []
     for v, hint in zip(outs, list(inner) + [""] * len(outs)):
-        hint = v.hint or hint
+        hint = v.hint or hint or w.derived.get(v, "")
         if v.type.rank == 0:
             name = w.namer.fresh(hint or "r", source=bool(hint))
             w.line(f"{w.ctype(v.type)} {name};")
@@ -254,8 +254,10 @@ def emit_call(w: Writer, eqn) -> None:
     from ..prims.control import keeps_call, kept_call
     fn = eqn.params["fn"]
     if kept_call(eqn) and w.helpers is not None:
-        call = _call_helper if keeps_call(fn) else _call_tensor_helper
-        call(w, eqn, w.helpers.get(fn, w.dims, w))
+        if keeps_call(fn):
+            _call_helper(w, eqn, w.helpers.get(fn, w.dims, w))
+        else:
+            _call_tensor_helper(w, eqn, w.helpers.get(fn, w.dims, w, _strided_args(w, eqn)))
         return
     outs = declare_outputs(w, eqn.outs, result_hints(fn))
     w.line(f"{{  // {fn.name}({', '.join(p.hint or 'x' for p in fn.params)})")
@@ -291,7 +293,10 @@ def _call_tensor_helper(w: Writer, eqn, helper) -> None:
     pointer to dense elements (a view that is not: a packed copy first), a result is written into its planned
     buffer (or a dense buffer of the writer's own, then copied there), a scalar one into a local; the callee's
     workspace is a part of the caller's, shared by every helper call (codegen/helpers.py)."""
-    args = helper.dims + [_dense_pointer(w, a) if a.type.rank else w.scalar(a) for a in eqn.ins]
+    strided = {i for i, _ in _strided_args(w, eqn)}
+    args = helper.dims + [arg for i, a in enumerate(eqn.ins) for arg in
+                          (_strided_pointer(w, a) if i in strided else
+                           [_dense_pointer(w, a) if a.type.rank else w.scalar(a)])]
     copies, outs = [], []
     for v, hint in zip(eqn.outs, result_hints(eqn.params["fn"])):
         hint = v.hint or hint or "r"
@@ -310,6 +315,20 @@ def _call_tensor_helper(w: Writer, eqn, helper) -> None:
     w.line(f"detail::{helper.name}({', '.join(args + outs + ws)});")
     for src, dst, t in copies:
         w.copy(src, dst, t)
+
+
+def _strided_args(w: Writer, eqn) -> tuple[tuple[int, bool], ...]:
+    """The tensor operands of a kept call passed as a pointer and strides: views that are not dense (a column, rows
+    of a wider matrix; a splat of a scalar is still packed), each with whether its last stride is 1 (not passed)."""
+    return tuple((i, s.strides[-1] == "1") for i, a in enumerate(eqn.ins) if a.type.rank and isinstance(a, Var)
+                 and (s := w.storage(a)).literal is None and not _is_dense(s))
+
+
+def _strided_pointer(w: Writer, a: Atom) -> list[str]:
+    """A view's pointer to its first element and its strides in elements (but a last one of 1)."""
+    src = w.storage(a)
+    strides = src.strides[:-1] if src.strides[-1] == "1" else src.strides
+    return [_as_bytes(src.base, a.type, "const "), *strides]
 
 
 def _is_dense(s) -> bool:

@@ -17,11 +17,12 @@ from typing import Sequence, Union
 import numpy as np
 
 from ..errors import KsbuildError
-from ..ir.core import Atom, Eqn, Lit, Var
+from ..ir.core import Atom, Eqn, Func, Lit, Var
 from ..ir.types import C_TYPES, INT_DTYPES, STORAGE_DTYPES, Type, numpy_dtype
 from .int_signs import IntSigns
+from .naming import derived_names
 from .storage import Storage, dim_expr, product
-from .trace import source_comment
+from .trace import continued, source_comment
 
 Handle = Union[str, Storage]
 
@@ -192,7 +193,7 @@ class Namer:
         base = hint if hint and hint.isidentifier() and not hint[0].isdigit() else "t"
         if is_macro_like(base) or base.startswith("ks_"):  # (NAN or M_PI would be <cmath>'s macro; ks_data_0 a
             base = f"v{base}" if base.startswith("_") else f"v_{base}"  # constant of the package)
-        taken = base in self.used or base == "t" or (not source and base in self.source_names) or \
+        taken = base in self.used or (base == "t" and not source) or (not source and base in self.source_names) or \
             (depth == 0 and base in self.declared)  # (a workspace slot's pointer, in scope everywhere)
         name = self._numbered(base, depth == 0) if taken else base
         return self._take(name, self.depth if depth is None else depth)
@@ -281,6 +282,15 @@ class Writer:
         self.dims: list[str] = []            # the function's dims (a helper it calls takes those it reads)
         self.pool_bodies: list[int] = []     # the depths of the bodies of loops run on ks/pool.h (open_loops)
         self.updates: dict[Var, str] = {}    # a loop carry's new value -> the carry's local it is assigned to
+        self.derived: dict[Var, str] = {}    # names of unnamed values after what computes them (codegen/naming.py)
+
+    def name_values(self, f: Func) -> None:
+        """Name f's unnamed values after what computes them (exp_icf, x_sub_means) before t<N>."""
+        self.derived = derived_names(f)
+
+    def hint(self, v: Var) -> str:
+        """v's name in the source or the transformations, else one after what computes it, else ''."""
+        return v.hint or self.derived.get(v, "")
 
     @property
     def depth(self) -> int:
@@ -300,7 +310,8 @@ class Writer:
     def note_source(self, start: int, locs) -> None:
         """Put a comment saying where the code comes from (codegen/trace.py) before lines[start:], if they hold a
         loop nest, a call of a kernel of the prelude (ks::conv(...);) or of a helper (detail::f), do not start with
-        a comment already and do not follow code of the same place (the block's last such comment says it)."""
+        a comment already and do not follow code of the same place (the block's last such comment says it, unless a
+        loop nest came between: then `// gmm.py:92 (continued)`, as before each later nest of these lines)."""
         kept = [j for j, line in enumerate(self.lines[start:]) if not line.strip().startswith(STEP_MARK)]
         new = [self.lines[start + j].strip() for j in kept]
         if not any(line.startswith(("for (", "KS_OMP", "ks::")) or "detail::" in line for line in new) or \
@@ -309,21 +320,36 @@ class Writer:
         text = source_comment(locs, self.source_root)
         first = self.lines[start + kept[0]]
         pad = first[:len(first) - len(new[0])]
-        if text is None or self._last_comment(start, pad) == "// " + text:
+        if text is None:
             return
+        last = self._last_comment(start, pad)
+        if last is not None and last[1] in (text, continued(text)):
+            if not any(line.lstrip().startswith(("for (", "ks::")) or "detail::" in line
+                       for line in self.lines[last[0] + 1:start]):
+                return
+            text = continued(text)  # (a second nest of the same line: the line's place again, without its text)
         inner = next((j for j, line in enumerate(new[:3]) if line == "// " + text), None)
         if inner is not None:  # the same line's comment on the first loop inside: this one says it
             del self.lines[start + kept[inner]]
+        after, closed = [], False  # (a later nest of the same code: a zeroed sum, then its loop)
+        for j in range(start, len(self.lines)):
+            if self.lines[j].startswith(pad + "for (") and closed:
+                after.append(j)
+            closed = self.lines[j] == pad + "}" or closed and not self.lines[j].startswith(pad + "for (")
+        for j in reversed(after):
+            self.lines.insert(j, pad + "// " + continued(text))
         self.lines.insert(start, pad + "// " + text)
 
-    def _last_comment(self, end: int, pad: str) -> str | None:
-        """The last comment line at indent `pad` in the block that lines[end] is in (None if there is none)."""
-        for line in reversed(self.lines[:end]):
+    def _last_comment(self, end: int, pad: str) -> tuple[int, str] | None:
+        """(index, text after //) of the last comment line at indent `pad` in the block that lines[end] is in (None
+        if there is none)."""
+        for j in range(end - 1, -1, -1):
+            line = self.lines[j]
             indent = len(line) - len(line.lstrip())
             if indent < len(pad):
                 return None
             if indent == len(pad) and line.lstrip().startswith("// "):
-                return line.strip()
+                return j, line.strip()[3:]
         return None
 
     def ctype(self, t: Type) -> str:
@@ -388,7 +414,8 @@ class Writer:
         if v in self.foldable and self._folds(v, expr, element):
             (self.local if element else self.env)[v] = expr
             return
-        name = self.namer.fresh(f"{v.hint}_i" if element and v.hint else v.hint, source=bool(v.hint))
+        hint = self.hint(v)
+        name = self.namer.fresh(f"{hint}_i" if element and hint else hint, source=bool(v.hint))
         self.line(f"const {self.ctype(v.type)} {name} = {expr};")
         if element:
             self.local[v] = name
@@ -414,7 +441,7 @@ class Writer:
         equation's output or of the operand it updates, or a workspace slot."""
         place = self.plan.places.get(v) if self.plan is not None else None
         if place is None:
-            return self.alloc(v.type, v.hint or hint, bool(v.hint))
+            return self.alloc(v.type, self.hint(v) or hint, bool(v.hint))
         if place.kind == "arg":
             return self.outputs[place.index]
         if place.kind in ("into", "reuse"):
@@ -436,10 +463,10 @@ class Writer:
     def slot(self, k: int, v: Var, hint: str) -> Storage:
         """Planned workspace slot k holding v (the slot's pointer is named after its first value)."""
         if self.ws.on_stack:
-            return self.alloc(v.type, v.hint or hint, bool(v.hint))
+            return self.alloc(v.type, self.hint(v) or hint, bool(v.hint))
         first = k not in self.slot_names
         shared = self.ws.scoped and self.depth == 1  # (a pointer later steps may read: declared where used)
-        name = self.namer.fresh(v.hint or hint, depth=0 if first or shared else None, source=bool(v.hint))
+        name = self.namer.fresh(self.hint(v) or hint, depth=0 if first or shared else None, source=bool(v.hint))
         if first:
             self.slot_names[k] = name
             offset = self.plan.offset(k)

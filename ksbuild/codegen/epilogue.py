@@ -197,12 +197,12 @@ def _form(w: Writer, eqn: Eqn, bound: dict, index: Sequence[str], shape, params:
         form_index.append(names[e])
     c = w.ctype(eqn.outs[0].type)
     own = {m.name for m in members} | {f"i{j}" for j in range(len(params))} | {"v"}
-    saved = (w.lines, w.namer, w.depth, w.env, w.local, w.region, w.escaping)
+    saved = (w.lines, w.namer, w.depth, w.env, w.local, w.region, w.escaping, w.derived)
     namer = _FormNamer(sorted(C_KEYWORDS | own))
     reserved = set(namer.used)
     w.lines, w.namer, w.depth = [], namer, 2
     w.env, w.local = dict(form_env), {body.params[0]: "v"}
-    w.region, w.escaping = (form_index, tuple(shape)), {}
+    w.region, w.escaping, w.derived = (form_index, tuple(shape)), {}, {}  # (no names of one call site's values)
     try:
         for e in body.eqns:
             e.prim.emit(w, e)
@@ -211,7 +211,7 @@ def _form(w: Writer, eqn: Eqn, bound: dict, index: Sequence[str], shape, params:
     except Exception:  # noqa: BLE001  an emit rule that needs its function: a local lambda instead
         return None
     finally:
-        w.lines, w.namer, w.depth, w.env, w.local, w.region, w.escaping = saved
+        w.lines, w.namer, w.depth, w.env, w.local, w.region, w.escaping, w.derived = saved
     text = "\n".join(lines)
     words = set(re.findall(r"\b[A-Za-z_]\w*", _QUALIFIED.sub(" ", re.sub(r'"[^"]*"', " ", text))))
     if any(not x.startswith("ks_data_") for x in words - (own | declared | C_KEYWORDS | _BUILTINS)):

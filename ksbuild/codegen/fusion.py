@@ -29,14 +29,14 @@ def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
         w.env[p] = w.env[a] if isinstance(a, Var) else w.storage(a) if a.type.rank else w.scalar(a)
     reduced = {e.outs[0] for e in reductions}
     dests = dests or {}
-    targets = {r: dests[o] if o in dests else w.target(o, o.hint or "tmp")
+    targets = {r: dests[o] if o in dests else w.target(o, w.hint(o) or "tmp")
                for r, o in zip(body.results, eqn.outs) if o.type.rank}
     merged = _merged_views(w, eqn, body, shape, targets, n_red)
     shape, written, n_red = merged if merged is not None else (shape, targets, n_red)  # (results keep their views)
     stores = {r: t for r, t in written.items() if r not in reduced}
     outer = w.open_loops(shape[:len(shape) - n_red], threads=eqn.params.get("threads", 0), work=shape)
     twins = _twins(reductions)
-    accs = [_accumulator(w, e) if k not in twins else "" for k, e in enumerate(reductions)]
+    accs = [_accumulator(w, e, e.outs[0] in targets) if k not in twins else "" for k, e in enumerate(reductions)]
     best = {k: _best(w, e, accs[k]) for k, e in enumerate(reductions) if e.prim.reduction.startswith("arg")}
     accs = [best[twins[k]] if k in twins else a for k, a in enumerate(accs)]  # (the extremum its position's sweep has)
     floats = [k for k in best if reductions[k].ins[0].type.dtype in ("f32", "f64")]
@@ -223,13 +223,14 @@ def _blocks(w: Writer, n, accs: list[str]) -> tuple[dict, str, str]:
     return parts, start, end
 
 
-def _accumulator(w: Writer, e: Eqn) -> str:
+def _accumulator(w: Writer, e: Eqn, element: bool) -> str:
     """The local a reduction accumulates in: named after its result, else after what it reduces (qs_sum, the sum of
-    the elements of qs; scores_max), else acc."""
+    the elements of qs; scores_max), else acc; `element`: one element of a tensor result (qs_sum_i of qs_sum)."""
     x, kind = e.ins[0], e.prim.reduction
-    of = x.hint if isinstance(x, Var) and x.hint else buffer_name(w.env[x].root) \
+    of = w.hint(x) if isinstance(x, Var) and w.hint(x) else buffer_name(w.env[x].root) \
         if isinstance(x, Var) and isinstance(w.env.get(x), Storage) else "x"
-    name = w.namer.fresh(e.outs[0].hint or (f"{of}_{kind}" if of != "x" else "acc"), source=bool(e.outs[0].hint))
+    name = e.outs[0].hint or (f"{of}_{kind}" if of != "x" else "acc")
+    name = w.namer.fresh(f"{name}_i" if element else name, source=bool(e.outs[0].hint))
     c = w.ctype(e.outs[0].type)
     w.line(f"{c} {name} = {reduce_init(e.prim.reduction, c)};")
     return name

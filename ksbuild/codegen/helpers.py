@@ -43,14 +43,18 @@ class Helpers:
     by_text: dict[str, Helper] = field(default_factory=dict)
     names: set[str] = field(default_factory=set)
 
-    def get(self, fn: Func, dims: list[str], writer) -> Helper:
+    def get(self, fn: Func, dims: list[str], writer, strided: tuple = ()) -> Helper:
         """The helper of callee fn (written on first use; `writer` is the caller's, for the package's
-        constants, epilogue forms and source root; `dims` the caller's dims)."""
-        key = print_func(fn)
+        constants, epilogue forms and source root; `dims` the caller's dims; `strided`: the tensor arguments it
+        takes as a pointer and a stride per axis, (position, whether the last axis's stride is 1 and so not passed),
+        one function per such set)."""
+        key = print_func(fn) + (f"\nstrided {strided}" if strided else "")
         if key not in self.by_text:
             from ..prims.control import keeps_call
-            write = _write if keeps_call(fn) else _write_tensor
-            self.by_text[key] = write(fn, dims, writer, self._name(fn.name))
+            if keeps_call(fn):
+                self.by_text[key] = _write(fn, dims, writer, self._name(fn.name))
+            else:
+                self.by_text[key] = _write_tensor(fn, dims, writer, self._name(fn.name), strided)
         return self.by_text[key]
 
     def _name(self, base: str) -> str:
@@ -82,6 +86,7 @@ def _write(fn: Func, dims: list[str], caller, name: str) -> Helper:
 
     namer = Namer(dims + list(C_KEYWORDS), [v.hint for v in walk_vars(fn) if v.hint])
     w = Writer(namer, Workspace(on_stack=True), data=caller.data, forms=caller.forms, source_root=caller.source_root)
+    w.name_values(fn)
     w.helpers, w.dims = caller.helpers, dims
     args = [c_identifier(p.hint, namer, f"x{i}") for i, p in enumerate(fn.params)]
     w.env.update(zip(fn.params, args))
@@ -102,8 +107,11 @@ def _write(fn: Func, dims: list[str], caller, name: str) -> Helper:
     return Helper(name, used, [head, *unused, *body, *tail, "}"], len(fn.results))
 
 
-def _write_tensor(fn: Func, dims: list[str], caller, name: str) -> Helper:
-    """Emit fn (planned: fn.plan) as a static void C++ function: dims, inputs, outputs, then its workspace."""
+def _write_tensor(fn: Func, dims: list[str], caller, name: str, strided: tuple = ()) -> Helper:
+    """Emit fn (planned: fn.plan) as a static void C++ function: dims, inputs, outputs, then its workspace. An
+    input in `strided` is a pointer and its strides in elements (`const double* qs, int64_t qs_s0`: rows of a wider
+    matrix, its last stride 1 known to the C++ compiler; a column takes its last stride too): the caller passes its
+    view as it is instead of a packed copy."""
     from .body import emit_body, store
     from .cpp import Namer, Workspace, Writer
     from .storage import Storage
@@ -112,12 +120,18 @@ def _write_tensor(fn: Func, dims: list[str], caller, name: str) -> Helper:
     namer = Namer(dims + list(C_KEYWORDS), [v.hint for v in walk_vars(fn) if v.hint])
     w = Writer(namer, Workspace(on_stack=False), plan=fn.plan, data=caller.data, forms=caller.forms,
                source_root=caller.source_root)
+    w.name_values(fn)
     w.helpers, w.dims = caller.helpers, dims
     params = []
     for i, p in enumerate(fn.params):
         arg = c_identifier(p.hint, namer, f"x{i}")
         w.env[p] = Storage.buffer(arg, p.type.shape) if p.type.rank else arg
         params.append(f"const {w.buffer_ctype(p.type)}* {arg}" if p.type.rank else f"{C_TYPES[p.type.dtype]} {arg}")
+        if (i, True) in strided or (i, False) in strided:  # (True: its last axis has stride 1, known here)
+            unit = (i, True) in strided
+            given = tuple(namer.fresh(f"{arg}_s{k}") for k in range(p.type.rank - unit))
+            w.env[p] = Storage(arg, tuple(p.type.shape), given + ("1",) * unit, contiguous=False)
+            params += [f"int64_t {s}" for s in given]
     outs = [namer.fresh(f"out_{n}" if n.isidentifier() or n.isdigit() else "out") for n in _names(fn)]
     for k, (o, r) in enumerate(zip(outs, fn.results)):
         params.append(f"{w.buffer_ctype(r.type) if r.type.rank else C_TYPES[r.type.dtype]}* {o}")

@@ -2,7 +2,8 @@
 `// export.py: node relu (aten.relu.default)` (a torch.export graph's node whose stack trace names no line).
 
 One comment goes before each loop nest (a fused group names every source line it computes), so a reader of
-the C++ finds the line of the kernel, or the node of the model, that a loop computes. File paths are relative
+the C++ finds the line of the kernel, or the node of the model, that a loop computes; a later nest of the same
+place in the same block says `// gmm.py:92 (continued)`, without the line's text again. File paths are relative
 to the manifest's directory, so the generated code does not depend on where the project sits.
 """
 from __future__ import annotations
@@ -40,6 +41,16 @@ def source_comment(locs: Iterable[Location | None], root: Path | None) -> str | 
         text = text if len(text) <= MAX_TEXT else text[:MAX_TEXT - 3] + "..."
         return f"{path}:{loc.line}" + (f": {_safe(text)}" if text else "")
     return "; ".join(f"{path}:{_lines(sorted({loc.line for loc in ls}))}" for path, ls in by_file.items())
+
+
+CONTINUED = " (continued)"
+
+
+def continued(text: str) -> str:
+    """The comment of a later nest of the place `text` names: the place without the source's text (`gmm.py:92
+    (continued)`)."""
+    place = text.split(": ", 1)[0]
+    return (place if ".py:" in place else text) + CONTINUED
 
 
 def _lines(lines: list[int]) -> str:

@@ -134,6 +134,7 @@ def export_view(package: str, name: str, f: Func, doc: list[str], data=None, for
     namer = Namer(dims + list(C_KEYWORDS), [v.hint for v in walk_vars(f) if v.hint])
     scalar_abi = is_scalar_abi(f)
     w = Writer(namer, Workspace(on_stack=scalar_abi), plan=f.plan, data=data, forms=forms, source_root=source_root)
+    w.name_values(f)
     w.helpers, w.dims = helpers if helpers is not None else Helpers(), dims
     args = [ArgView(d, f"int64_t {d}", "dim") for d in dims]
     python_names: set[str] = set()
@@ -203,6 +204,7 @@ def _tensor_export(package, name, f, w, args, outs, doc, dims, vectors: bool = T
             w.line(f"*{o.name} = {_rank0(h)};")
         elif not (isinstance(h, Storage) and h.base == o.name and h.contiguous):
             src = h if isinstance(h, Storage) else Storage.splat(h, r.type.shape)
+            w.line(f"// the result {o.name}")  # (a loop nest of no line of the source: the copy into the output)
             w.copy(src, Storage.buffer(o.name, r.type.shape), r.type)
     w.line(steps_.end(True))
     body = scope_steps(w.lines, w.ws, vectors, tuple(a.name for a in args + out_args))  # (args: the dims first)

@@ -465,7 +465,8 @@ def _loop_partial_eval(s, eqn, mask):
     inv_args = [s.residual(kconst_args[j]) for j in inv_pos]
     stacked = kouts[n_kout:]
     ubody_f = wrap(f"{body.name}_lin", [Type("i64")] + [r.type for r in inv] + [a.type for a in start] + uc_types
-                   + ucar_types + ux_types + [r.type for r in var], ubody, [body.params[0].hint])
+                   + ucar_types + ux_types + [r.type for r in var], ubody,
+                   _lin_body_hints(body, inv + start, var, ck, unknown_out[:n_carry], xk))
     ucar_args = []
     for a, u, k in zip(carry, unknown_out[:n_carry], cark):
         if u:
@@ -525,6 +526,25 @@ def _cheap_part(f: Func, res, leaves) -> Func:
     return Func("remat", tuple(p for p in leaves if p in needed), tuple(reversed(eqns)), tuple(out))
 
 
+def _lin_body_hints(body: Func, residuals, stacked, ck, unknown_carry, xk) -> list[str]:
+    """The names of the unknown loop body's params (partial eval): the counter's, each residual's, and those of the
+    body's unknown consts, carries and xs (a tangent dsum stays dsum: the reverse loop's carry becomes d_sum)."""
+    consts, carry, xs = _loop_parts(body.params, len(ck), len(unknown_carry))[1:]
+    return ([body.params[0].hint] + [getattr(r, "hint", "") for r in residuals]
+            + [p.hint for p, k in zip(consts, ck) if not k] + [p.hint for p, u in zip(carry, unknown_carry) if u]
+            + [p.hint for p, k in zip(xs, xk) if not k] + [r.hint for r in stacked])
+
+
+def _transposed_body_hints(body: Func, n_consts: int, n_carry: int, cl, xl, cotangent_name) -> list[str]:
+    """The names of the reverse loop body's params: the counter's, the nonlinear consts' own, the cotangent sums of
+    the linear consts and of the carries (d_x for x), the nonlinear xs', the cotangents of the ys."""
+    _, consts, carry, xs = _loop_parts(body.params, n_consts, n_carry)
+    ys = body.results[n_carry:]
+    return ([body.params[0].hint] + [p.hint for p, m in zip(consts, cl) if not m]
+            + [cotangent_name(p.hint) for p, m in zip(consts, cl) if m] + [cotangent_name(p.hint) for p in carry]
+            + [p.hint for p, m in zip(xs, xl) if not m] + [cotangent_name(getattr(r, "hint", "")) for r in ys])
+
+
 def _loop_transpose(b, cts, ins, linear, body, n_consts, n_carry, length, reverse, acc=None):
     # adjoint of a linear scan: run the loop backwards; the carry cotangent flows back, the
     # cotangents of linear consts accumulate as extra carries, those of xs come out as ys.
@@ -559,7 +579,7 @@ def _loop_transpose(b, cts, ins, linear, body, n_consts, n_carry, length, revers
         return inline(bb, body_t, [k, *ncs, *nxs, *ctc, *cty, *sums, *fresh])
 
     tb = wrap(f"{body.name}_T", [Type("i64")] + nl_c_types + lin_c_types + car_types + nl_x_types + ys_types, tbody,
-              [body.params[0].hint])
+              _transposed_body_hints(body, n_consts, n_carry, cl, xl, tp.cotangent_name))
     nl_consts = [a for a, m in zip(consts, cl) if not m]
     acc0 = [a if a is not None else zeros(t) for a, t in zip([a for a, m in zip(acc_c, cl) if m], lin_c_types)]
     nl_xs = [a for a, m in zip(xs, xl) if not m]

@@ -58,7 +58,7 @@ class Split:
                 self.ub.name_like([v], [k])
                 self.remade[id(k)] = v
                 return v
-            self.residuals[id(k)] = (k, Var(k.type, k.hint or "r"))
+            self.residuals[id(k)] = (k, Var(k.type, k.hint))  # (unnamed: codegen names it after its value)
         return self.residuals[id(k)][1]
 
     def cheap(self, k: Atom) -> Eqn | None:

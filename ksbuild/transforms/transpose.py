@@ -68,7 +68,7 @@ def transpose_eqns(b: Builder, f: Func, linear: Sequence[bool], nonlin_args: Seq
         for a, m, c in zip(eqn.ins, mask, cins):
             if m and c is not None:
                 ct[a] = add_cts(b, ct.get(a), c)
-                b.name(ct[a], _cotangent_name(a.hint))
+                b.name(ct[a], cotangent_name(a.hint))
     return [ct.get(p) for p, is_lin in zip(f.params, linear) if is_lin]
 
 
@@ -98,7 +98,7 @@ def transpose_func(f: Func, linear: Sequence[bool], name: str | None = None, acc
     return b.func(name or f"transpose_{f.name}", nonlin + ctp + start, results)
 
 
-def _cotangent_name(hint: str) -> str:
+def cotangent_name(hint: str) -> str:
     """d_x for the cotangent of x; the linear vars of a linearized function are tangents named dx."""
     if not hint:
         return ""

@@ -23,11 +23,11 @@ static double log_gamma_d(int64_t d, double a) {  // log_gamma_d(a)
     double sum;
     sum = 0.0;
     for (int64_t i = 0; i < d; ++i) {
-        const double t2 = (a + (0.5 * static_cast<double>((int64_t{1} - (i + int64_t{1})))));
-        sum = (sum + std::lgamma(t2));
+        const double add_a = (a + (0.5 * static_cast<double>((int64_t{1} - (i + int64_t{1})))));
+        sum = (sum + std::lgamma(add_a));
     }
-    const double t2 = ((t1 * 1.1447298858494002) + sum);
-    return t2;
+    const double add_sum = ((t1 * 1.1447298858494002) + sum);
+    return add_sum;
 }
 
 static double log_gamma_d_2(int64_t d, float a) {  // log_gamma_d(a)
@@ -36,11 +36,11 @@ static double log_gamma_d_2(int64_t d, float a) {  // log_gamma_d(a)
     double sum;
     sum = 0.0;
     for (int64_t i = 0; i < d; ++i) {
-        const double t2 = (static_cast<double>(a) + (0.5 * static_cast<double>((int64_t{1} - (i + int64_t{1})))));
-        sum = (sum + std::lgamma(t2));
+        const double add_convert_a = (static_cast<double>(a) + (0.5 * static_cast<double>((int64_t{1} - (i + int64_t{1})))));
+        sum = (sum + std::lgamma(add_convert_a));
     }
-    const double t2 = ((t1 * 1.1447298858494002) + sum);
-    return t2;
+    const double add_sum = ((t1 * 1.1447298858494002) + sum);
+    return add_sum;
 }
 
 }  // namespace detail
@@ -55,7 +55,7 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const Qs = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const tmp = reinterpret_cast<double*>(next_slot);
+    double* const qs_sum = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const centered = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
@@ -65,13 +65,13 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
     next_slot += ks::aligned_bytes<double>(ks::tiled_gemm_scratch<double>(d, n, d));
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp1 = reinterpret_cast<double*>(next_slot);
+    double* const ipow_mahalanobis_sum = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
     double* const scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const tmp2 = reinterpret_cast<double*>(next_slot);
+    double* const scores_max = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp3 = reinterpret_cast<double*>(next_slot);
+    double* const exp_sub_scores_sum = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
     (void)next_slot;
     // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
@@ -79,26 +79,26 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
         {  // cholesky_factor(q, icf_k)
             // gmm.py:15: return torch.stack([
             for (int64_t i = 0; i < d; ++i) {
-                const double t1 = ks::exp(icf[k * T + i]);
+                const double exp_q = ks::exp(icf[k * T + i]);
                 // gmm.py:16: torch.stack([
                 for (int64_t j = 0; j < d; ++j) {
-                    const int64_t t2 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                    const double t3 = ((i > j) ? icf[k * T + ks::clamp_index_nonneg(t2, T)] : 0.0);
-                    const double t4 = ((i == j) ? t1 : t3);
-                    Qs[k * (d * d) + i * d + j] = t4;
+                    const int64_t t1 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                    const double select_icf_k = ((i > j) ? icf[k * T + ks::clamp_index_nonneg(t1, T)] : 0.0);
+                    const double t2 = ((i == j) ? exp_q : select_icf_k);
+                    Qs[k * (d * d) + i * d + j] = t2;
                 }
             }
         }
     }
     // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
-        double qs_sum = 0;
-        KS_OMP_SIMD(reduction(+:qs_sum))
+        double qs_sum_i = 0;
+        KS_OMP_SIMD(reduction(+:qs_sum_i))
         for (int64_t j = 0; j < d; ++j) {
             const double qs_i = icf[i * T + j];
-            qs_sum += qs_i;
+            qs_sum_i += qs_i;
         }
-        tmp[i] = qs_sum;
+        qs_sum[i] = qs_sum_i;
     }
     // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
     for (int64_t i = 0; i < n; ++i) {
@@ -118,111 +118,116 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
     // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double tmp_i = tmp[i];
-        const double base_i = (alphas_i + tmp_i);
+        const double qs_sum_i = qs_sum[i];
+        const double base_i = (alphas_i + qs_sum_i);
         base[i] = base_i;
     }
     // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
     for (int64_t i = 0; i < (K*n); ++i) {
-        double acc = 0;
-        KS_OMP_SIMD(reduction(+:acc))
+        double ipow_mahalanobis_sum_i = 0;
+        KS_OMP_SIMD(reduction(+:ipow_mahalanobis_sum_i))
         for (int64_t j = 0; j < d; ++j) {
             const double mahalanobis_i = mahalanobis[i * d + j];
-            acc += ks::ipow<2>(mahalanobis_i);
+            ipow_mahalanobis_sum_i += ks::ipow<2>(mahalanobis_i);
         }
-        tmp1[i] = acc;
+        ipow_mahalanobis_sum[i] = ipow_mahalanobis_sum_i;
     }
     const double constant = ((static_cast<double>(((-n) * d)) * 0.5) * 1.8378770664093453);
     // gmm.py:51, 53
     for (int64_t i = 0; i < n; ++i) {
-        double scores_max = ks::lowest<double>();
+        double scores_max_i = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = tmp1[i * K + j];
+            const double ipow_mahalanobis_sum_i = ipow_mahalanobis_sum[i * K + j];
             const double base_i = base[j];
-            const double scores_i = (base_i - (0.5 * x_i));
+            const double scores_i = (base_i - (0.5 * ipow_mahalanobis_sum_i));
             scores[i * K + j] = scores_i;
-            scores_max = ks::running_max(scores_max, scores_i);
+            scores_max_i = ks::running_max(scores_max_i, scores_i);
         }
-        tmp2[i] = scores_max;
+        scores_max[i] = scores_max_i;
     }
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     for (int64_t i = 0; i < n; ++i) {
-        const double x_i = tmp2[i];
-        const bool t1 = (ks::abs(x_i) == __builtin_huge_val());
-        const double t2 = (t1 ? 0.0 : x_i);
-        tmp2[i] = t2;
+        const double scores_max_i = scores_max[i];
+        const bool t1 = (ks::abs(scores_max_i) == __builtin_huge_val());
+        const double t2 = (t1 ? 0.0 : scores_max_i);
+        scores_max[i] = t2;
     }
+    // gmm.py:53 (continued)
     for (int64_t i = 0; i < n; ++i) {
-        double acc = 0;
-        KS_OMP_SIMD(reduction(+:acc))
+        double exp_sub_scores_sum_i = 0;
+        KS_OMP_SIMD(reduction(+:exp_sub_scores_sum_i))
         for (int64_t j = 0; j < K; ++j) {
             const double scores_i = scores[i * K + j];
-            const double x_i = tmp2[i];
-            acc += ks::exp((scores_i - x_i));
+            const double scores_max_i = scores_max[i];
+            exp_sub_scores_sum_i += ks::exp((scores_i - scores_max_i));
         }
-        tmp3[i] = acc;
+        exp_sub_scores_sum[i] = exp_sub_scores_sum_i;
     }
+    // gmm.py:53 (continued)
     double acc = 0;
     KS_OMP_SIMD(reduction(+:acc))
     for (int64_t i = 0; i < n; ++i) {
-        const double x_i = tmp3[i];
-        const double x_i1 = tmp2[i];
-        acc += (ks::log(x_i) + x_i1);
+        const double exp_sub_scores_sum_i = exp_sub_scores_sum[i];
+        const double scores_max_i = scores_max[i];
+        acc += (ks::log(exp_sub_scores_sum_i) + scores_max_i);
     }
+    // gmm.py:53 (continued)
     double alphas_max = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
         alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
-    double acc1 = 0;
-    KS_OMP_SIMD(reduction(+:acc1))
+    const double select_alphas_max = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
+    // gmm.py:53 (continued)
+    double exp_sub_alphas_sum = 0;
+    KS_OMP_SIMD(reduction(+:exp_sub_alphas_sum))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        acc1 += ks::exp((alphas_i - t1));
+        exp_sub_alphas_sum += ks::exp((alphas_i - select_alphas_max));
     }
-    const double t2 = ((constant + acc) - (static_cast<double>(n) * (ks::log(acc1) + t1)));
+    const double t1 = (static_cast<double>(n) * (ks::log(exp_sub_alphas_sum) + select_alphas_max));
     // gmm.py:54: + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
     double log_wishart_prior;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t3 = static_cast<double>(d);
-        const double n_w = ((t3 + wishart_m) + 1.0);
-        const double t4 = ((n_w * t3) * (ks::log(wishart_gamma) - 0.34657359027997264));
-        const double t5 = (0.5 * n_w);
+        const double t2 = static_cast<double>(d);
+        const double n_w = ((t2 + wishart_m) + 1.0);
+        const double t3 = ((n_w * t2) * (ks::log(wishart_gamma) - 0.34657359027997264));
+        const double mul_n_w = (0.5 * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        const double C = (t4 - detail::log_gamma_d(d, t5));
+        const double C = (t3 - detail::log_gamma_d(d, mul_n_w));
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
-        double acc2 = 0;
+        double ipow_exp_qs_sum = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc2))
+            KS_OMP_SIMD(reduction(+:ipow_exp_qs_sum))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
-                acc2 += ks::ipow<2>(ks::exp(qs_i));
+                ipow_exp_qs_sum += ks::ipow<2>(ks::exp(qs_i));
             }
         }
-        double acc3 = 0;
+        // gmm.py:32 (continued)
+        double ipow_ls_sum = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc3))
+            KS_OMP_SIMD(reduction(+:ipow_ls_sum))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const double ls_i = icf[d + i * T + j];
-                acc3 += ks::ipow<2>(ls_i);
+                ipow_ls_sum += ks::ipow<2>(ls_i);
             }
         }
-        const double frobenius = (acc2 + acc3);
+        const double frobenius = (ipow_exp_qs_sum + ipow_ls_sum);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
-        double qs_sum = 0;
+        double qs_sum1 = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:qs_sum))
+            KS_OMP_SIMD(reduction(+:qs_sum1))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
-                qs_sum += qs_i;
+                qs_sum1 += qs_i;
             }
         }
-        const double t6 = (((0.5 * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum));
-        log_wishart_prior = (t6 - (static_cast<double>(K) * C));
+        const double sub_mul_frobenius = (((0.5 * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum1));
+        log_wishart_prior = (sub_mul_frobenius - (static_cast<double>(K) * C));
     }
-    const double t3 = (t2 + log_wishart_prior);
-    *out = t3;
+    const double t2 = (((constant + acc) - t1) + log_wishart_prior);
+    *out = t2;
     return ks::status::ok;
 }
 
@@ -245,24 +250,24 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             [=](auto d, auto T, auto icf) KS_STEP {
                 unsigned char* const ks_ws = ks::step_base(workspace);
                 double* const Qs = reinterpret_cast<double*>(ks_ws);
-                uint8_t* const r = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<double>(K * d * d));
-                double* const r1 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
-                uint8_t* const r2 = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d));
+                uint8_t* const i_eq_j = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<double>(K * d * d));
+                double* const r = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
+                uint8_t* const select_i_eq_j = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d));
                 for (int64_t i = 0; i < d; ++i) {
-                    const double t1 = ks::exp(icf[k * T + i]);
+                    const double exp_q = ks::exp(icf[k * T + i]);
                     // gmm.py:16: torch.stack([
                     for (int64_t j = 0; j < d; ++j) {
-                        const bool t2 = (i == j);
-                        const bool t3 = (i > j);
-                        const int64_t t4 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                        const double t5 = (t3 ? icf[k * T + ks::clamp_index_nonneg(t4, T)] : 0.0);
-                        const double t6 = (t2 ? t1 : t5);
-                        const double t7 = (t2 ? t1 : 0.0);
-                        const bool t8 = (t2 ? false : t3);
-                        Qs[k * (d * d) + i * d + j] = t6;
-                        r[k * (d * d) + i * d + j] = t2;
-                        r1[k * (d * d) + i * d + j] = t7;
-                        r2[k * (d * d) + i * d + j] = t8;
+                        const bool i_eq_j1 = (i == j);
+                        const bool i_gt_j = (i > j);
+                        const int64_t t1 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                        const double select_icf_k = (i_gt_j ? icf[k * T + ks::clamp_index_nonneg(t1, T)] : 0.0);
+                        const double t2 = (i_eq_j1 ? exp_q : select_icf_k);
+                        const double t3 = (i_eq_j1 ? exp_q : 0.0);
+                        const bool select_i_eq_j1 = (i_eq_j1 ? false : i_gt_j);
+                        Qs[k * (d * d) + i * d + j] = t2;
+                        i_eq_j[k * (d * d) + i * d + j] = i_eq_j1;
+                        r[k * (d * d) + i * d + j] = t3;
+                        select_i_eq_j[k * (d * d) + i * d + j] = select_i_eq_j1;
                     }
                 }
             }(d, T, icf);
@@ -271,15 +276,15 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
     [=](auto K, auto d, auto T, auto icf) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const tmp = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
+        double* const qs_sum = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
         for (int64_t i = 0; i < K; ++i) {
-            double qs_sum = 0;
-            KS_OMP_SIMD(reduction(+:qs_sum))
+            double qs_sum_i = 0;
+            KS_OMP_SIMD(reduction(+:qs_sum_i))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
-                qs_sum += qs_i;
+                qs_sum_i += qs_i;
             }
-            tmp[i] = qs_sum;
+            qs_sum[i] = qs_sum_i;
         }
     }(K, d, T, icf);
     // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
@@ -311,12 +316,12 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
     [=](auto K, auto alphas) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const tmp = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
+        double* const qs_sum = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
         double* const base = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))));
         for (int64_t i = 0; i < K; ++i) {
             const double alphas_i = alphas[i];
-            const double tmp_i = tmp[i];
-            const double base_i = (alphas_i + tmp_i);
+            const double qs_sum_i = qs_sum[i];
+            const double base_i = (alphas_i + qs_sum_i);
             base[i] = base_i;
         }
     }(K, alphas);
@@ -324,103 +329,108 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     [=](auto K, auto d, auto n) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         double* const mahalanobis = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d));
-        double* const tmp1 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K));
+        double* const ipow_mahalanobis_sum = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K));
         for (int64_t i = 0; i < (K*n); ++i) {
-            double acc = 0;
-            KS_OMP_SIMD(reduction(+:acc))
+            double ipow_mahalanobis_sum_i = 0;
+            KS_OMP_SIMD(reduction(+:ipow_mahalanobis_sum_i))
             for (int64_t j = 0; j < d; ++j) {
                 const double mahalanobis_i = mahalanobis[i * d + j];
-                acc += ks::ipow<2>(mahalanobis_i);
+                ipow_mahalanobis_sum_i += ks::ipow<2>(mahalanobis_i);
             }
-            tmp1[i] = acc;
+            ipow_mahalanobis_sum[i] = ipow_mahalanobis_sum_i;
         }
     }(K, d, n);
     // gmm.py:51, 53
     [=](auto K, auto n) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         double* const base = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))));
-        double* const tmp1 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K));
+        double* const ipow_mahalanobis_sum = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K));
         double* const scores = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K));
-        double* const tmp2 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K));
+        double* const scores_max = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K));
         for (int64_t i = 0; i < n; ++i) {
-            double scores_max = ks::lowest<double>();
+            double scores_max_i = ks::lowest<double>();
             for (int64_t j = 0; j < K; ++j) {
-                const double x_i = tmp1[i * K + j];
+                const double ipow_mahalanobis_sum_i = ipow_mahalanobis_sum[i * K + j];
                 const double base_i = base[j];
-                const double scores_i = (base_i - (0.5 * x_i));
+                const double scores_i = (base_i - (0.5 * ipow_mahalanobis_sum_i));
                 scores[i * K + j] = scores_i;
-                scores_max = ks::running_max(scores_max, scores_i);
+                scores_max_i = ks::running_max(scores_max_i, scores_i);
             }
-            tmp2[i] = scores_max;
+            scores_max[i] = scores_max_i;
         }
     }(K, n);
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     [=](auto n) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const tmp2 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K));
+        double* const scores_max = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K));
         for (int64_t i = 0; i < n; ++i) {
-            const double x_i = tmp2[i];
-            const bool t1 = (ks::abs(x_i) == __builtin_huge_val());
-            const double t2 = (t1 ? 0.0 : x_i);
-            tmp2[i] = t2;
+            const double scores_max_i = scores_max[i];
+            const bool t1 = (ks::abs(scores_max_i) == __builtin_huge_val());
+            const double t2 = (t1 ? 0.0 : scores_max_i);
+            scores_max[i] = t2;
         }
     }(n);
+    // gmm.py:53 (continued)
     [=](auto K, auto n) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         double* const scores = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K));
-        double* const tmp2 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K));
-        double* const tmp3 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K));
-        double* const tmp4 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n));
+        double* const scores_max = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K));
+        double* const exp_sub_scores = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K));
+        double* const exp_sub_scores_sum = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n));
         for (int64_t i = 0; i < n; ++i) {
-            double acc = 0;
-            KS_OMP_SIMD(reduction(+:acc))
+            double exp_sub_scores_sum_i = 0;
+            KS_OMP_SIMD(reduction(+:exp_sub_scores_sum_i))
             for (int64_t j = 0; j < K; ++j) {
                 const double scores_i = scores[i * K + j];
-                const double x_i = tmp2[i];
-                const double t1 = ks::exp((scores_i - x_i));
-                tmp3[i * K + j] = t1;
-                acc += t1;
+                const double scores_max_i = scores_max[i];
+                const double exp_sub_scores_i = ks::exp((scores_i - scores_max_i));
+                exp_sub_scores[i * K + j] = exp_sub_scores_i;
+                exp_sub_scores_sum_i += exp_sub_scores_i;
             }
-            tmp4[i] = acc;
+            exp_sub_scores_sum[i] = exp_sub_scores_sum_i;
         }
     }(K, n);
+    // gmm.py:53 (continued)
     double alphas_max = ks::lowest<double>();
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
         alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
-    double* const tmp5 = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
-    double acc = 0;
-    KS_OMP_SIMD(reduction(+:acc))
+    const double select_alphas_max = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
+    double* const exp_sub_alphas = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
+    // gmm.py:53 (continued)
+    double exp_sub_alphas_sum = 0;
+    KS_OMP_SIMD(reduction(+:exp_sub_alphas_sum))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double t2 = ks::exp((alphas_i - t1));
-        tmp5[i] = t2;
-        acc += t2;
+        const double exp_sub_alphas_i = ks::exp((alphas_i - select_alphas_max));
+        exp_sub_alphas[i] = exp_sub_alphas_i;
+        exp_sub_alphas_sum += exp_sub_alphas_i;
     }
-    const double t2 = (0.5 * ks::ipow<2>(wishart_gamma));
-    const double t3 = ((-1.0) * wishart_m);
-    const double t4 = ks::mulz(((-1.0) * static_cast<double>(n)), (1.0 / acc));
+    const double t1 = (0.5 * ks::ipow<2>(wishart_gamma));
+    const double mul_wishart_m = ((-1.0) * wishart_m);
+    const double t2 = ks::mulz(((-1.0) * static_cast<double>(n)), (1.0 / exp_sub_alphas_sum));
+    // gmm.py:53 (continued)
     [=](auto n) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const tmp4 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n));
+        double* const exp_sub_scores_sum = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n));
         for (int64_t i = 0; i < n; ++i) {
-            const double x_i = tmp4[i];
-            const double t5 = (1.0 / x_i);
-            tmp4[i] = t5;
+            const double exp_sub_scores_sum_i = exp_sub_scores_sum[i];
+            const double t3 = (1.0 / exp_sub_scores_sum_i);
+            exp_sub_scores_sum[i] = t3;
         }
     }(n);
+    // gmm.py:53 (continued)
     [=](auto K, auto n) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const tmp3 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K));
-        double* const tmp4 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n));
+        double* const exp_sub_scores = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K));
+        double* const exp_sub_scores_sum = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n));
         double* const d_scores = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K));
         for (int64_t i = 0; i < n; ++i) {
             for (int64_t j = 0; j < K; ++j) {
-                const double x_i = tmp4[i];
-                const double x_i1 = tmp3[i * K + j];
-                const double d_scores_i = ks::mulz(x_i, x_i1);
+                const double exp_sub_scores_sum_i = exp_sub_scores_sum[i];
+                const double exp_sub_scores_i = exp_sub_scores[i * K + j];
+                const double d_scores_i = ks::mulz(exp_sub_scores_sum_i, exp_sub_scores_i);
                 d_scores[i * K + j] = d_scores_i;
             }
         }
@@ -429,25 +439,28 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     [=](auto K, auto n) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         double* const d_scores = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K));
-        double* const sum = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))));
+        double* const d_scores_sum = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))));
         for (int64_t i = 0; i < K; ++i) {
-            sum[i] = 0;
+            d_scores_sum[i] = 0;
         }
+        // gmm.py:51 (continued)
         for (int64_t i = 0; i < n; ++i) {
             for (int64_t j = 0; j < K; ++j) {
-                sum[j] += d_scores[i * K + j];
+                d_scores_sum[j] += d_scores[i * K + j];
             }
         }
     }(K, n);
+    // gmm.py:51 (continued)
     [=](auto K, auto n) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         double* const d_scores = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K));
         for (int64_t i = 0; i < (K*n); ++i) {
             const double d_scores_i = d_scores[i];
-            const double t5 = ((d_scores_i * (-1.0)) * 0.5);
-            d_scores[i] = t5;
+            const double t3 = ((d_scores_i * (-1.0)) * 0.5);
+            d_scores[i] = t3;
         }
     }(K, n);
+    // gmm.py:51 (continued)
     [=](auto K, auto d, auto n) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         double* const mahalanobis = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d));
@@ -478,55 +491,59 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     [=](auto K, auto d, auto n) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         double* const mahalanobis = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d));
-        double* const sum1 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d));
+        double* const d_mahalanobis_sum = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d));
         for (int64_t i = 0; i < K * d; ++i) {
-            sum1[i] = 0;
+            d_mahalanobis_sum[i] = 0;
         }
+        // gmm.py:49 (continued)
         for (int64_t i = 0; i < n; ++i) {
             for (int64_t j = 0; j < K; ++j) {
                 for (int64_t k = 0; k < d; ++k) {
-                    sum1[j * d + k] += mahalanobis[i * (K * d) + j * d + k];
+                    d_mahalanobis_sum[j * d + k] += mahalanobis[i * (K * d) + j * d + k];
                 }
             }
         }
     }(K, d, n);
+    // gmm.py:49 (continued)
     [=](auto K, auto d) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         double* const Qs = reinterpret_cast<double*>(ks_ws);
-        double* const sum1 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d));
-        double* const prod = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d));
+        double* const d_mahalanobis_sum = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d));
+        double* const contract_Qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d));
         for (int64_t i = 0; i < K * d; ++i) {
-            prod[i] = 0;
+            contract_Qs[i] = 0;
         }
+        // gmm.py:49 (continued) (continued)
         for (int64_t i = 0; i < K; ++i) {
             for (int64_t j = 0; j < d; ++j) {
                 for (int64_t k = 0; k < d; ++k) {
-                    prod[i * d + k] += sum1[i * d + j] * Qs[i * (d * d) + j * d + k];
+                    contract_Qs[i * d + k] += d_mahalanobis_sum[i * d + j] * Qs[i * (d * d) + j * d + k];
                 }
             }
         }
     }(K, d);
+    // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
     [=](auto K, auto d) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const prod = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d));
+        double* const contract_Qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d));
         for (int64_t i = 0; i < (K*d); ++i) {
-            const double prod_i = prod[i];
-            const double t5 = (prod_i * (-1.0));
-            prod[i] = t5;
+            const double contract_Qs_i = contract_Qs[i];
+            const double t3 = (contract_Qs_i * (-1.0));
+            contract_Qs[i] = t3;
         }
     }(K, d);
     // gmm.py:32, 48
     [=](auto K, auto d, auto T, auto icf) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const sum = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))));
+        double* const d_scores_sum = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))));
         double* const d_qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d));
         for (int64_t i = 0; i < K; ++i) {
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
-                const double t5 = ks::exp(qs_i);
-                const double d_qs_i = (t3 + ks::mulz((t2 * (2.0 * t5)), t5));
-                const double sum_i = sum[i];
-                const double d_qs_i1 = (d_qs_i + sum_i);
+                const double exp_qs_i = ks::exp(qs_i);
+                const double d_qs_i = (mul_wishart_m + ks::mulz((t1 * (2.0 * exp_qs_i)), exp_qs_i));
+                const double d_scores_sum_i = d_scores_sum[i];
+                const double d_qs_i1 = (d_qs_i + d_scores_sum_i);
                 d_qs[i * d + j] = d_qs_i1;
             }
         }
@@ -534,43 +551,47 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
     [=](auto K, auto d, auto T) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        uint8_t* const r = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<double>(K * d * d));
-        double* const r1 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
-        uint8_t* const r2 = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d));
+        uint8_t* const i_eq_j = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<double>(K * d * d));
+        double* const r = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
+        uint8_t* const select_i_eq_j = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d));
         double* const d_Qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n));
         double* const d_qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d));
-        double* const r3 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d));
-        double* const r4 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T));
-        double* const r5 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d));
+        double* const index_add_d_icf = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d));
+        double* const index_add_d_q = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T));
+        double* const index_add_d_icf_k = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d));
         for (int64_t i = 0; i < K * T; ++i) {
-            r3[i] = 0.0;
+            index_add_d_icf[i] = 0.0;
         }
+        // gmm.py:47 (continued)
         for (int64_t k = K - 1; k >= 0; --k) {
             // gmm.py:15: return torch.stack([
             for (int64_t i = 0; i < d; ++i) {
-                r4[i] = 0.0;
+                index_add_d_q[i] = 0.0;
             }
+            // gmm.py:15 (continued)
             for (int64_t i = 0; i < T; ++i) {
-                r5[i] = 0.0;
+                index_add_d_icf_k[i] = 0.0;
             }
+            // gmm.py:15 (continued)
             for (int64_t i = d - 1; i >= 0; --i) {
                 // gmm.py:16: torch.stack([
                 for (int64_t j = d - 1; j >= 0; --j) {
-                    const double t5 = ks::mulz(d_Qs[k * (d * d) + i * d + j], r1[k * (d * d) + i * d + j]);
-                    const int64_t t6 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                    const double t7 = (r2[k * (d * d) + i * d + j] ? d_Qs[k * (d * d) + i * d + j] : 0.0);
-                    const double t8 = (r[k * (d * d) + i * d + j] ? t5 : 0.0);
-                    const double t9 = (r[k * (d * d) + i * d + j] ? 0.0 : t7);
-                    r4[i] += t8;
-                    r5[ks::clamp_index_nonneg(t6, T)] += t9;
+                    const double t3 = ks::mulz(d_Qs[k * (d * d) + i * d + j], r[k * (d * d) + i * d + j]);
+                    const int64_t t4 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                    const double t5 = (select_i_eq_j[k * (d * d) + i * d + j] ? d_Qs[k * (d * d) + i * d + j] : 0.0);
+                    const double t6 = (i_eq_j[k * (d * d) + i * d + j] ? t3 : 0.0);
+                    const double t7 = (i_eq_j[k * (d * d) + i * d + j] ? 0.0 : t5);
+                    index_add_d_q[i] += t6;
+                    index_add_d_icf_k[ks::clamp_index_nonneg(t4, T)] += t7;
                 }
             }
             // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
             for (int64_t i = 0; i < T; ++i) {
-                r3[k * T + i] += r5[i];
+                index_add_d_icf[k * T + i] += index_add_d_icf_k[i];
             }
+            // gmm.py:47 (continued)
             for (int64_t i = 0; i < d; ++i) {
-                d_qs[k * d + i] += r4[i];
+                d_qs[k * d + i] += index_add_d_q[i];
             }
         }
     }(K, d, T);
@@ -581,7 +602,7 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         for (int64_t i = 0; i < K; ++i) {
             for (int64_t j = 0; j < (T - d); ++j) {
                 const double ls_i = icf[d + i * T + j];
-                const double d_ls_i = (t2 * (2.0 * ls_i));
+                const double d_ls_i = (t1 * (2.0 * ls_i));
                 d_ls[i * ((T - d)) + j] = d_ls_i;
             }
         }
@@ -590,15 +611,16 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     [=](auto K, auto d, auto T) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         double* const d_ls = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T));
-        double* const padded = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)));
+        double* const pad_d_ls = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)));
         for (int64_t i = 0; i < K; ++i) {
             for (int64_t j = 0; j < d; ++j) {
-                padded[i * T + j] = 0.0;
+                pad_d_ls[i * T + j] = 0.0;
             }
         }
+        // gmm.py:46 (continued)
         for (int64_t i = 0; i < K; ++i) {
             for (int64_t j = 0; j < (T - d); ++j) {
-                padded[d + i * T + j] = d_ls[i * ((T - d)) + j];
+                pad_d_ls[d + i * T + j] = d_ls[i * ((T - d)) + j];
             }
         }
     }(K, d, T);
@@ -606,51 +628,53 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     [=](auto K, auto d, auto T) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         double* const d_qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d));
-        double* const padded1 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T));
+        double* const pad_index_add_d_qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T));
         for (int64_t i = 0; i < K; ++i) {
             for (int64_t j = 0; j < (T - d); ++j) {
-                padded1[d + i * T + j] = 0.0;
+                pad_index_add_d_qs[d + i * T + j] = 0.0;
             }
         }
+        // gmm.py:45 (continued)
         for (int64_t i = 0; i < K; ++i) {
             for (int64_t j = 0; j < d; ++j) {
-                padded1[i * T + j] = d_qs[i * d + j];
+                pad_index_add_d_qs[i * T + j] = d_qs[i * d + j];
             }
         }
     }(K, d, T);
     // gmm.py:48, 53
     [=](auto K, auto out_d_alphas) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const tmp5 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
-        double* const sum = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))));
+        double* const exp_sub_alphas = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
+        double* const d_scores_sum = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))));
         for (int64_t i = 0; i < K; ++i) {
-            const double x_i = tmp5[i];
-            const double d_alphas_i = ks::mulz(t4, x_i);
-            const double sum_i = sum[i];
-            const double d_alphas_i1 = (d_alphas_i + sum_i);
+            const double exp_sub_alphas_i = exp_sub_alphas[i];
+            const double d_alphas_i = ks::mulz(t2, exp_sub_alphas_i);
+            const double d_scores_sum_i = d_scores_sum[i];
+            const double d_alphas_i1 = (d_alphas_i + d_scores_sum_i);
             out_d_alphas[i] = d_alphas_i1;
         }
     }(K, out_d_alphas);
     // gmm.py:45, 46
     [=](auto K, auto T, auto out_d_icf) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const r3 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d));
-        double* const padded = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)));
-        double* const padded1 = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T));
+        double* const index_add_d_icf = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d));
+        double* const pad_d_ls = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)));
+        double* const pad_index_add_d_qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T));
         for (int64_t i = 0; i < (K*T); ++i) {
-            const double x_i = r3[i];
-            const double padded_i = padded[i];
-            const double d_icf_i = (x_i + padded_i);
-            const double x_i1 = padded1[i];
-            const double d_icf_i1 = (d_icf_i + x_i1);
+            const double index_add_d_icf_i = index_add_d_icf[i];
+            const double pad_d_ls_i = pad_d_ls[i];
+            const double d_icf_i = (index_add_d_icf_i + pad_d_ls_i);
+            const double pad_index_add_d_qs_i = pad_index_add_d_qs[i];
+            const double d_icf_i1 = (d_icf_i + pad_index_add_d_qs_i);
             out_d_icf[i] = d_icf_i1;
         }
     }(K, T, out_d_icf);
+    // the result out_d_means
     [=](auto K, auto d, auto out_d_means) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const prod = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d));
+        double* const contract_Qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d));
         for (int64_t i = 0; i < K * d; ++i) {
-            out_d_means[i] = prod[i];
+            out_d_means[i] = contract_Qs[i];
         }
     }(K, d, out_d_means);
     return ks::status::ok;
@@ -670,7 +694,7 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const Qs = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K * d * d);
-    float* const tmp = reinterpret_cast<float*>(next_slot);
+    float* const qs_sum = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K);
     float* const centered = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K * d);
@@ -680,13 +704,13 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
     next_slot += ks::aligned_bytes<float>(ks::tiled_gemm_scratch<float>(d, n, d));
     float* const base = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(K);
-    float* const tmp1 = reinterpret_cast<float*>(next_slot);
+    float* const ipow_mahalanobis_sum = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
     float* const scores = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n * K);
-    float* const tmp2 = reinterpret_cast<float*>(next_slot);
+    float* const scores_max = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
-    float* const tmp3 = reinterpret_cast<float*>(next_slot);
+    float* const exp_sub_scores_sum = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
     (void)next_slot;
     // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
@@ -694,31 +718,31 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
         {  // cholesky_factor(q, icf_k)
             // gmm.py:15: return torch.stack([
             for (int64_t i = 0; i < d; ++i) {
-                const float t1 = ks::exp(icf[k * T + i]);
+                const float exp_q = ks::exp(icf[k * T + i]);
                 // gmm.py:16: torch.stack([
                 for (int64_t j = 0; j < d; ++j) {
-                    const int64_t t2 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                    const float t3 = ((i > j) ? icf[k * T + ks::clamp_index_nonneg(t2, T)] : 0.0f);
-                    const float t4 = ((i == j) ? t1 : t3);
-                    Qs[k * (d * d) + i * d + j] = t4;
+                    const int64_t t1 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                    const float select_icf_k = ((i > j) ? icf[k * T + ks::clamp_index_nonneg(t1, T)] : 0.0f);
+                    const float t2 = ((i == j) ? exp_q : select_icf_k);
+                    Qs[k * (d * d) + i * d + j] = t2;
                 }
             }
         }
     }
     // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
-        float qs_sum = 0;
+        float qs_sum_i = 0;
         for (int64_t block = 0; block < d; block += 512) {
             const int64_t block_end = d - block < 512 ? d : block + 512;
-            float qs_sum_block = 0;
-            KS_OMP_SIMD(reduction(+:qs_sum_block))
+            float qs_sum_i_block = 0;
+            KS_OMP_SIMD(reduction(+:qs_sum_i_block))
             for (int64_t j = block; j < block_end; ++j) {
                 const float qs_i = icf[i * T + j];
-                qs_sum_block += qs_i;
+                qs_sum_i_block += qs_i;
             }
-            qs_sum += qs_sum_block;
+            qs_sum_i += qs_sum_i_block;
         }
-        tmp[i] = qs_sum;
+        qs_sum[i] = qs_sum_i;
     }
     // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
     for (int64_t i = 0; i < n; ++i) {
@@ -738,132 +762,137 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
     // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
         const float alphas_i = alphas[i];
-        const float tmp_i = tmp[i];
-        const float base_i = (alphas_i + tmp_i);
+        const float qs_sum_i = qs_sum[i];
+        const float base_i = (alphas_i + qs_sum_i);
         base[i] = base_i;
     }
     // gmm.py:51: scores = base.unsqueeze(0) - 0.5 * torch.sum(mahalanobis ** 2, dim=2)
     for (int64_t i = 0; i < (K*n); ++i) {
-        float acc = 0;
+        float ipow_mahalanobis_sum_i = 0;
         for (int64_t block = 0; block < d; block += 512) {
             const int64_t block_end = d - block < 512 ? d : block + 512;
-            float acc_block = 0;
-            KS_OMP_SIMD(reduction(+:acc_block))
+            float ipow_mahalanobis_sum_i_block = 0;
+            KS_OMP_SIMD(reduction(+:ipow_mahalanobis_sum_i_block))
             for (int64_t j = block; j < block_end; ++j) {
                 const float mahalanobis_i = mahalanobis[i * d + j];
-                acc_block += ks::ipow<2>(mahalanobis_i);
+                ipow_mahalanobis_sum_i_block += ks::ipow<2>(mahalanobis_i);
             }
-            acc += acc_block;
+            ipow_mahalanobis_sum_i += ipow_mahalanobis_sum_i_block;
         }
-        tmp1[i] = acc;
+        ipow_mahalanobis_sum[i] = ipow_mahalanobis_sum_i;
     }
     const double constant = ((static_cast<double>(((-n) * d)) * 0.5) * 1.8378770664093453);
     // gmm.py:51, 53
     for (int64_t i = 0; i < n; ++i) {
-        float scores_max = ks::lowest<float>();
+        float scores_max_i = ks::lowest<float>();
         for (int64_t j = 0; j < K; ++j) {
-            const float x_i = tmp1[i * K + j];
+            const float ipow_mahalanobis_sum_i = ipow_mahalanobis_sum[i * K + j];
             const float base_i = base[j];
-            const float scores_i = (base_i - (0.5f * x_i));
+            const float scores_i = (base_i - (0.5f * ipow_mahalanobis_sum_i));
             scores[i * K + j] = scores_i;
-            scores_max = ks::running_max(scores_max, scores_i);
+            scores_max_i = ks::running_max(scores_max_i, scores_i);
         }
-        tmp2[i] = scores_max;
+        scores_max[i] = scores_max_i;
     }
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     for (int64_t i = 0; i < n; ++i) {
-        const float x_i = tmp2[i];
-        const bool t1 = (ks::abs(x_i) == __builtin_huge_valf());
-        const float t2 = (t1 ? 0.0f : x_i);
-        tmp2[i] = t2;
+        const float scores_max_i = scores_max[i];
+        const bool t1 = (ks::abs(scores_max_i) == __builtin_huge_valf());
+        const float t2 = (t1 ? 0.0f : scores_max_i);
+        scores_max[i] = t2;
     }
+    // gmm.py:53 (continued)
     for (int64_t i = 0; i < n; ++i) {
-        float acc = 0;
+        float exp_sub_scores_sum_i = 0;
         for (int64_t block = 0; block < K; block += 512) {
             const int64_t block_end = K - block < 512 ? K : block + 512;
-            float acc_block = 0;
-            KS_OMP_SIMD(reduction(+:acc_block))
+            float exp_sub_scores_sum_i_block = 0;
+            KS_OMP_SIMD(reduction(+:exp_sub_scores_sum_i_block))
             for (int64_t j = block; j < block_end; ++j) {
                 const float scores_i = scores[i * K + j];
-                const float x_i = tmp2[i];
-                acc_block += ks::exp((scores_i - x_i));
+                const float scores_max_i = scores_max[i];
+                exp_sub_scores_sum_i_block += ks::exp((scores_i - scores_max_i));
             }
-            acc += acc_block;
+            exp_sub_scores_sum_i += exp_sub_scores_sum_i_block;
         }
-        tmp3[i] = acc;
+        exp_sub_scores_sum[i] = exp_sub_scores_sum_i;
     }
+    // gmm.py:53 (continued)
     float acc = 0;
     for (int64_t block = 0; block < n; block += 512) {
         const int64_t block_end = n - block < 512 ? n : block + 512;
         float acc_block = 0;
         KS_OMP_SIMD(reduction(+:acc_block))
         for (int64_t i = block; i < block_end; ++i) {
-            const float x_i = tmp3[i];
-            const float x_i1 = tmp2[i];
-            acc_block += (ks::log(x_i) + x_i1);
+            const float exp_sub_scores_sum_i = exp_sub_scores_sum[i];
+            const float scores_max_i = scores_max[i];
+            acc_block += (ks::log(exp_sub_scores_sum_i) + scores_max_i);
         }
         acc += acc_block;
     }
+    // gmm.py:53 (continued)
     float alphas_max = ks::lowest<float>();
     for (int64_t i = 0; i < K; ++i) {
         const float alphas_i = alphas[i];
         alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const float t1 = ((ks::abs(alphas_max) == __builtin_huge_valf()) ? 0.0f : alphas_max);
-    float acc1 = 0;
+    const float select_alphas_max = ((ks::abs(alphas_max) == __builtin_huge_valf()) ? 0.0f : alphas_max);
+    // gmm.py:53 (continued)
+    float exp_sub_alphas_sum = 0;
     for (int64_t block = 0; block < K; block += 512) {
         const int64_t block_end = K - block < 512 ? K : block + 512;
-        float acc1_block = 0;
-        KS_OMP_SIMD(reduction(+:acc1_block))
+        float exp_sub_alphas_sum_block = 0;
+        KS_OMP_SIMD(reduction(+:exp_sub_alphas_sum_block))
         for (int64_t i = block; i < block_end; ++i) {
             const float alphas_i = alphas[i];
-            acc1_block += ks::exp((alphas_i - t1));
+            exp_sub_alphas_sum_block += ks::exp((alphas_i - select_alphas_max));
         }
-        acc1 += acc1_block;
+        exp_sub_alphas_sum += exp_sub_alphas_sum_block;
     }
-    const double t2 = static_cast<double>((static_cast<float>(n) * (ks::log(acc1) + t1)));
+    const float t1 = (static_cast<float>(n) * (ks::log(exp_sub_alphas_sum) + select_alphas_max));
+    const double sub_add_constant = ((constant + static_cast<double>(acc)) - static_cast<double>(t1));
     // gmm.py:54: + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
     double log_wishart_prior;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const float t3 = static_cast<float>(d);
-        const float n_w = ((t3 + wishart_m) + 1.0f);
-        const float t4 = ((n_w * t3) * (ks::log(wishart_gamma) - 0.3465735912322998f));
-        const float t5 = (0.5f * n_w);
+        const float t2 = static_cast<float>(d);
+        const float n_w = ((t2 + wishart_m) + 1.0f);
+        const float t3 = ((n_w * t2) * (ks::log(wishart_gamma) - 0.3465735912322998f));
+        const float mul_n_w = (0.5f * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        const double C = (static_cast<double>(t4) - detail::log_gamma_d_2(d, t5));
+        const double C = (static_cast<double>(t3) - detail::log_gamma_d_2(d, mul_n_w));
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
-        float acc2 = 0;
+        float ipow_exp_qs_sum = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc2))
+            KS_OMP_SIMD(reduction(+:ipow_exp_qs_sum))
             for (int64_t j = 0; j < d; ++j) {
                 const float qs_i = icf[i * T + j];
-                acc2 += ks::ipow<2>(ks::exp(qs_i));
+                ipow_exp_qs_sum += ks::ipow<2>(ks::exp(qs_i));
             }
         }
-        float acc3 = 0;
+        // gmm.py:32 (continued)
+        float ipow_ls_sum = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc3))
+            KS_OMP_SIMD(reduction(+:ipow_ls_sum))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const float ls_i = icf[d + i * T + j];
-                acc3 += ks::ipow<2>(ls_i);
+                ipow_ls_sum += ks::ipow<2>(ls_i);
             }
         }
-        const float frobenius = (acc2 + acc3);
+        const float frobenius = (ipow_exp_qs_sum + ipow_ls_sum);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
-        float qs_sum = 0;
+        float qs_sum1 = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:qs_sum))
+            KS_OMP_SIMD(reduction(+:qs_sum1))
             for (int64_t j = 0; j < d; ++j) {
                 const float qs_i = icf[i * T + j];
-                qs_sum += qs_i;
+                qs_sum1 += qs_i;
             }
         }
-        const float t6 = (((0.5f * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum));
-        log_wishart_prior = (static_cast<double>(t6) - (static_cast<double>(K) * C));
+        const float sub_mul_frobenius = (((0.5f * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum1));
+        log_wishart_prior = (static_cast<double>(sub_mul_frobenius) - (static_cast<double>(K) * C));
     }
-    const double t3 = (((constant + static_cast<double>(acc)) - t2) + log_wishart_prior);
-    const float t4 = static_cast<float>(t3);
-    *out = t4;
+    const float t2 = static_cast<float>((sub_add_constant + log_wishart_prior));
+    *out = t2;
     return ks::status::ok;
 }
 
@@ -886,24 +915,24 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
             [=](auto d, auto T, auto icf) KS_STEP {
                 unsigned char* const ks_ws = ks::step_base(workspace);
                 float* const Qs = reinterpret_cast<float*>(ks_ws);
-                uint8_t* const r = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<float>(K * d * d));
-                float* const r1 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
-                uint8_t* const r2 = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d));
+                uint8_t* const i_eq_j = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<float>(K * d * d));
+                float* const r = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
+                uint8_t* const select_i_eq_j = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d));
                 for (int64_t i = 0; i < d; ++i) {
-                    const float t1 = ks::exp(icf[k * T + i]);
+                    const float exp_q = ks::exp(icf[k * T + i]);
                     // gmm.py:16: torch.stack([
                     for (int64_t j = 0; j < d; ++j) {
-                        const bool t2 = (i == j);
-                        const bool t3 = (i > j);
-                        const int64_t t4 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                        const float t5 = (t3 ? icf[k * T + ks::clamp_index_nonneg(t4, T)] : 0.0f);
-                        const float t6 = (t2 ? t1 : t5);
-                        const float t7 = (t2 ? t1 : 0.0f);
-                        const bool t8 = (t2 ? false : t3);
-                        Qs[k * (d * d) + i * d + j] = t6;
-                        r[k * (d * d) + i * d + j] = t2;
-                        r1[k * (d * d) + i * d + j] = t7;
-                        r2[k * (d * d) + i * d + j] = t8;
+                        const bool i_eq_j1 = (i == j);
+                        const bool i_gt_j = (i > j);
+                        const int64_t t1 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                        const float select_icf_k = (i_gt_j ? icf[k * T + ks::clamp_index_nonneg(t1, T)] : 0.0f);
+                        const float t2 = (i_eq_j1 ? exp_q : select_icf_k);
+                        const float t3 = (i_eq_j1 ? exp_q : 0.0f);
+                        const bool select_i_eq_j1 = (i_eq_j1 ? false : i_gt_j);
+                        Qs[k * (d * d) + i * d + j] = t2;
+                        i_eq_j[k * (d * d) + i * d + j] = i_eq_j1;
+                        r[k * (d * d) + i * d + j] = t3;
+                        select_i_eq_j[k * (d * d) + i * d + j] = select_i_eq_j1;
                     }
                 }
             }(d, T, icf);
@@ -912,20 +941,20 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
     [=](auto K, auto d, auto T, auto icf) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const tmp = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
+        float* const qs_sum = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
         for (int64_t i = 0; i < K; ++i) {
-            float qs_sum = 0;
+            float qs_sum_i = 0;
             for (int64_t block = 0; block < d; block += 512) {
                 const int64_t block_end = d - block < 512 ? d : block + 512;
-                float qs_sum_block = 0;
-                KS_OMP_SIMD(reduction(+:qs_sum_block))
+                float qs_sum_i_block = 0;
+                KS_OMP_SIMD(reduction(+:qs_sum_i_block))
                 for (int64_t j = block; j < block_end; ++j) {
                     const float qs_i = icf[i * T + j];
-                    qs_sum_block += qs_i;
+                    qs_sum_i_block += qs_i;
                 }
-                qs_sum += qs_sum_block;
+                qs_sum_i += qs_sum_i_block;
             }
-            tmp[i] = qs_sum;
+            qs_sum[i] = qs_sum_i;
         }
     }(K, d, T, icf);
     // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
@@ -957,12 +986,12 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     // gmm.py:48: base = alphas + torch.sum(qs, dim=1)
     [=](auto K, auto alphas) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const tmp = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
+        float* const qs_sum = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
         float* const base = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))));
         for (int64_t i = 0; i < K; ++i) {
             const float alphas_i = alphas[i];
-            const float tmp_i = tmp[i];
-            const float base_i = (alphas_i + tmp_i);
+            const float qs_sum_i = qs_sum[i];
+            const float base_i = (alphas_i + qs_sum_i);
             base[i] = base_i;
         }
     }(K, alphas);
@@ -970,118 +999,123 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     [=](auto K, auto d, auto n) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         float* const mahalanobis = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d));
-        float* const tmp1 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K));
+        float* const ipow_mahalanobis_sum = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K));
         for (int64_t i = 0; i < (K*n); ++i) {
-            float acc = 0;
+            float ipow_mahalanobis_sum_i = 0;
             for (int64_t block = 0; block < d; block += 512) {
                 const int64_t block_end = d - block < 512 ? d : block + 512;
-                float acc_block = 0;
-                KS_OMP_SIMD(reduction(+:acc_block))
+                float ipow_mahalanobis_sum_i_block = 0;
+                KS_OMP_SIMD(reduction(+:ipow_mahalanobis_sum_i_block))
                 for (int64_t j = block; j < block_end; ++j) {
                     const float mahalanobis_i = mahalanobis[i * d + j];
-                    acc_block += ks::ipow<2>(mahalanobis_i);
+                    ipow_mahalanobis_sum_i_block += ks::ipow<2>(mahalanobis_i);
                 }
-                acc += acc_block;
+                ipow_mahalanobis_sum_i += ipow_mahalanobis_sum_i_block;
             }
-            tmp1[i] = acc;
+            ipow_mahalanobis_sum[i] = ipow_mahalanobis_sum_i;
         }
     }(K, d, n);
     // gmm.py:51, 53
     [=](auto K, auto n) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         float* const base = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))));
-        float* const tmp1 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K));
+        float* const ipow_mahalanobis_sum = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K));
         float* const scores = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K));
-        float* const tmp2 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K));
+        float* const scores_max = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K));
         for (int64_t i = 0; i < n; ++i) {
-            float scores_max = ks::lowest<float>();
+            float scores_max_i = ks::lowest<float>();
             for (int64_t j = 0; j < K; ++j) {
-                const float x_i = tmp1[i * K + j];
+                const float ipow_mahalanobis_sum_i = ipow_mahalanobis_sum[i * K + j];
                 const float base_i = base[j];
-                const float scores_i = (base_i - (0.5f * x_i));
+                const float scores_i = (base_i - (0.5f * ipow_mahalanobis_sum_i));
                 scores[i * K + j] = scores_i;
-                scores_max = ks::running_max(scores_max, scores_i);
+                scores_max_i = ks::running_max(scores_max_i, scores_i);
             }
-            tmp2[i] = scores_max;
+            scores_max[i] = scores_max_i;
         }
     }(K, n);
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     [=](auto n) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const tmp2 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K));
+        float* const scores_max = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K));
         for (int64_t i = 0; i < n; ++i) {
-            const float x_i = tmp2[i];
-            const bool t1 = (ks::abs(x_i) == __builtin_huge_valf());
-            const float t2 = (t1 ? 0.0f : x_i);
-            tmp2[i] = t2;
+            const float scores_max_i = scores_max[i];
+            const bool t1 = (ks::abs(scores_max_i) == __builtin_huge_valf());
+            const float t2 = (t1 ? 0.0f : scores_max_i);
+            scores_max[i] = t2;
         }
     }(n);
+    // gmm.py:53 (continued)
     [=](auto K, auto n) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         float* const scores = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K));
-        float* const tmp2 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K));
-        float* const tmp3 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K));
-        float* const tmp4 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n));
+        float* const scores_max = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K));
+        float* const exp_sub_scores = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K));
+        float* const exp_sub_scores_sum = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n));
         for (int64_t i = 0; i < n; ++i) {
-            float acc = 0;
+            float exp_sub_scores_sum_i = 0;
             for (int64_t block = 0; block < K; block += 512) {
                 const int64_t block_end = K - block < 512 ? K : block + 512;
-                float acc_block = 0;
-                KS_OMP_SIMD(reduction(+:acc_block))
+                float exp_sub_scores_sum_i_block = 0;
+                KS_OMP_SIMD(reduction(+:exp_sub_scores_sum_i_block))
                 for (int64_t j = block; j < block_end; ++j) {
                     const float scores_i = scores[i * K + j];
-                    const float x_i = tmp2[i];
-                    const float t1 = ks::exp((scores_i - x_i));
-                    tmp3[i * K + j] = t1;
-                    acc_block += t1;
+                    const float scores_max_i = scores_max[i];
+                    const float exp_sub_scores_i = ks::exp((scores_i - scores_max_i));
+                    exp_sub_scores[i * K + j] = exp_sub_scores_i;
+                    exp_sub_scores_sum_i_block += exp_sub_scores_i;
                 }
-                acc += acc_block;
+                exp_sub_scores_sum_i += exp_sub_scores_sum_i_block;
             }
-            tmp4[i] = acc;
+            exp_sub_scores_sum[i] = exp_sub_scores_sum_i;
         }
     }(K, n);
+    // gmm.py:53 (continued)
     float alphas_max = ks::lowest<float>();
     for (int64_t i = 0; i < K; ++i) {
         const float alphas_i = alphas[i];
         alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const float t1 = ((ks::abs(alphas_max) == __builtin_huge_valf()) ? 0.0f : alphas_max);
-    float* const tmp5 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
-    float acc = 0;
+    const float select_alphas_max = ((ks::abs(alphas_max) == __builtin_huge_valf()) ? 0.0f : alphas_max);
+    float* const exp_sub_alphas = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
+    // gmm.py:53 (continued)
+    float exp_sub_alphas_sum = 0;
     for (int64_t block = 0; block < K; block += 512) {
         const int64_t block_end = K - block < 512 ? K : block + 512;
-        float acc_block = 0;
-        KS_OMP_SIMD(reduction(+:acc_block))
+        float exp_sub_alphas_sum_block = 0;
+        KS_OMP_SIMD(reduction(+:exp_sub_alphas_sum_block))
         for (int64_t i = block; i < block_end; ++i) {
             const float alphas_i = alphas[i];
-            const float t2 = ks::exp((alphas_i - t1));
-            tmp5[i] = t2;
-            acc_block += t2;
+            const float exp_sub_alphas_i = ks::exp((alphas_i - select_alphas_max));
+            exp_sub_alphas[i] = exp_sub_alphas_i;
+            exp_sub_alphas_sum_block += exp_sub_alphas_i;
         }
-        acc += acc_block;
+        exp_sub_alphas_sum += exp_sub_alphas_sum_block;
     }
-    const float t2 = (0.5f * ks::ipow<2>(wishart_gamma));
-    const float t3 = ((-1.0f) * wishart_m);
-    const float t4 = ks::mulz(((-1.0f) * static_cast<float>(n)), (1.0f / acc));
+    const float t1 = (0.5f * ks::ipow<2>(wishart_gamma));
+    const float mul_wishart_m = ((-1.0f) * wishart_m);
+    const float t2 = ks::mulz(((-1.0f) * static_cast<float>(n)), (1.0f / exp_sub_alphas_sum));
+    // gmm.py:53 (continued)
     [=](auto n) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const tmp4 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n));
+        float* const exp_sub_scores_sum = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n));
         for (int64_t i = 0; i < n; ++i) {
-            const float x_i = tmp4[i];
-            const float t5 = (1.0f / x_i);
-            tmp4[i] = t5;
+            const float exp_sub_scores_sum_i = exp_sub_scores_sum[i];
+            const float t3 = (1.0f / exp_sub_scores_sum_i);
+            exp_sub_scores_sum[i] = t3;
         }
     }(n);
+    // gmm.py:53 (continued)
     [=](auto K, auto n) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const tmp3 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K));
-        float* const tmp4 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n));
+        float* const exp_sub_scores = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K));
+        float* const exp_sub_scores_sum = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n));
         float* const d_scores = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K));
         for (int64_t i = 0; i < n; ++i) {
             for (int64_t j = 0; j < K; ++j) {
-                const float x_i = tmp4[i];
-                const float x_i1 = tmp3[i * K + j];
-                const float d_scores_i = ks::mulz(x_i, x_i1);
+                const float exp_sub_scores_sum_i = exp_sub_scores_sum[i];
+                const float exp_sub_scores_i = exp_sub_scores[i * K + j];
+                const float d_scores_i = ks::mulz(exp_sub_scores_sum_i, exp_sub_scores_i);
                 d_scores[i * K + j] = d_scores_i;
             }
         }
@@ -1090,25 +1124,28 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     [=](auto K, auto n) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         float* const d_scores = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K));
-        float* const sum = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))));
+        float* const d_scores_sum = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))));
         for (int64_t i = 0; i < K; ++i) {
-            sum[i] = 0;
+            d_scores_sum[i] = 0;
         }
+        // gmm.py:51 (continued)
         for (int64_t i = 0; i < n; ++i) {
             for (int64_t j = 0; j < K; ++j) {
-                sum[j] += d_scores[i * K + j];
+                d_scores_sum[j] += d_scores[i * K + j];
             }
         }
     }(K, n);
+    // gmm.py:51 (continued)
     [=](auto K, auto n) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         float* const d_scores = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K));
         for (int64_t i = 0; i < (K*n); ++i) {
             const float d_scores_i = d_scores[i];
-            const float t5 = ((d_scores_i * (-1.0f)) * 0.5f);
-            d_scores[i] = t5;
+            const float t3 = ((d_scores_i * (-1.0f)) * 0.5f);
+            d_scores[i] = t3;
         }
     }(K, n);
+    // gmm.py:51 (continued)
     [=](auto K, auto d, auto n) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         float* const mahalanobis = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d));
@@ -1139,55 +1176,59 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     [=](auto K, auto d, auto n) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         float* const mahalanobis = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d));
-        float* const sum1 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d));
+        float* const d_mahalanobis_sum = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d));
         for (int64_t i = 0; i < K * d; ++i) {
-            sum1[i] = 0;
+            d_mahalanobis_sum[i] = 0;
         }
+        // gmm.py:49 (continued)
         for (int64_t i = 0; i < n; ++i) {
             for (int64_t j = 0; j < K; ++j) {
                 for (int64_t k = 0; k < d; ++k) {
-                    sum1[j * d + k] += mahalanobis[i * (K * d) + j * d + k];
+                    d_mahalanobis_sum[j * d + k] += mahalanobis[i * (K * d) + j * d + k];
                 }
             }
         }
     }(K, d, n);
+    // gmm.py:49 (continued)
     [=](auto K, auto d) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         float* const Qs = reinterpret_cast<float*>(ks_ws);
-        float* const sum1 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d));
-        float* const prod = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d));
+        float* const d_mahalanobis_sum = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d));
+        float* const contract_Qs = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d));
         for (int64_t i = 0; i < K * d; ++i) {
-            prod[i] = 0;
+            contract_Qs[i] = 0;
         }
+        // gmm.py:49 (continued) (continued)
         for (int64_t i = 0; i < K; ++i) {
             for (int64_t j = 0; j < d; ++j) {
                 for (int64_t k = 0; k < d; ++k) {
-                    prod[i * d + k] += sum1[i * d + j] * Qs[i * (d * d) + j * d + k];
+                    contract_Qs[i * d + k] += d_mahalanobis_sum[i * d + j] * Qs[i * (d * d) + j * d + k];
                 }
             }
         }
     }(K, d);
+    // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
     [=](auto K, auto d) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const prod = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d));
+        float* const contract_Qs = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d));
         for (int64_t i = 0; i < (K*d); ++i) {
-            const float prod_i = prod[i];
-            const float t5 = (prod_i * (-1.0f));
-            prod[i] = t5;
+            const float contract_Qs_i = contract_Qs[i];
+            const float t3 = (contract_Qs_i * (-1.0f));
+            contract_Qs[i] = t3;
         }
     }(K, d);
     // gmm.py:32, 48
     [=](auto K, auto d, auto T, auto icf) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const sum = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))));
+        float* const d_scores_sum = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))));
         float* const d_qs = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d));
         for (int64_t i = 0; i < K; ++i) {
             for (int64_t j = 0; j < d; ++j) {
                 const float qs_i = icf[i * T + j];
-                const float t5 = ks::exp(qs_i);
-                const float d_qs_i = (t3 + ks::mulz((t2 * (2.0f * t5)), t5));
-                const float sum_i = sum[i];
-                const float d_qs_i1 = (d_qs_i + sum_i);
+                const float exp_qs_i = ks::exp(qs_i);
+                const float d_qs_i = (mul_wishart_m + ks::mulz((t1 * (2.0f * exp_qs_i)), exp_qs_i));
+                const float d_scores_sum_i = d_scores_sum[i];
+                const float d_qs_i1 = (d_qs_i + d_scores_sum_i);
                 d_qs[i * d + j] = d_qs_i1;
             }
         }
@@ -1195,43 +1236,47 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
     [=](auto K, auto d, auto T) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        uint8_t* const r = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<float>(K * d * d));
-        float* const r1 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
-        uint8_t* const r2 = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d));
+        uint8_t* const i_eq_j = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<float>(K * d * d));
+        float* const r = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
+        uint8_t* const select_i_eq_j = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d));
         float* const d_Qs = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n));
         float* const d_qs = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d));
-        float* const r3 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d));
-        float* const r4 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T));
-        float* const r5 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d));
+        float* const index_add_d_icf = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d));
+        float* const index_add_d_q = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T));
+        float* const index_add_d_icf_k = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d));
         for (int64_t i = 0; i < K * T; ++i) {
-            r3[i] = 0.0f;
+            index_add_d_icf[i] = 0.0f;
         }
+        // gmm.py:47 (continued)
         for (int64_t k = K - 1; k >= 0; --k) {
             // gmm.py:15: return torch.stack([
             for (int64_t i = 0; i < d; ++i) {
-                r4[i] = 0.0f;
+                index_add_d_q[i] = 0.0f;
             }
+            // gmm.py:15 (continued)
             for (int64_t i = 0; i < T; ++i) {
-                r5[i] = 0.0f;
+                index_add_d_icf_k[i] = 0.0f;
             }
+            // gmm.py:15 (continued)
             for (int64_t i = d - 1; i >= 0; --i) {
                 // gmm.py:16: torch.stack([
                 for (int64_t j = d - 1; j >= 0; --j) {
-                    const float t5 = ks::mulz(d_Qs[k * (d * d) + i * d + j], r1[k * (d * d) + i * d + j]);
-                    const int64_t t6 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                    const float t7 = (r2[k * (d * d) + i * d + j] ? d_Qs[k * (d * d) + i * d + j] : 0.0f);
-                    const float t8 = (r[k * (d * d) + i * d + j] ? t5 : 0.0f);
-                    const float t9 = (r[k * (d * d) + i * d + j] ? 0.0f : t7);
-                    r4[i] += t8;
-                    r5[ks::clamp_index_nonneg(t6, T)] += t9;
+                    const float t3 = ks::mulz(d_Qs[k * (d * d) + i * d + j], r[k * (d * d) + i * d + j]);
+                    const int64_t t4 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                    const float t5 = (select_i_eq_j[k * (d * d) + i * d + j] ? d_Qs[k * (d * d) + i * d + j] : 0.0f);
+                    const float t6 = (i_eq_j[k * (d * d) + i * d + j] ? t3 : 0.0f);
+                    const float t7 = (i_eq_j[k * (d * d) + i * d + j] ? 0.0f : t5);
+                    index_add_d_q[i] += t6;
+                    index_add_d_icf_k[ks::clamp_index_nonneg(t4, T)] += t7;
                 }
             }
             // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
             for (int64_t i = 0; i < T; ++i) {
-                r3[k * T + i] += r5[i];
+                index_add_d_icf[k * T + i] += index_add_d_icf_k[i];
             }
+            // gmm.py:47 (continued)
             for (int64_t i = 0; i < d; ++i) {
-                d_qs[k * d + i] += r4[i];
+                d_qs[k * d + i] += index_add_d_q[i];
             }
         }
     }(K, d, T);
@@ -1242,7 +1287,7 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
         for (int64_t i = 0; i < K; ++i) {
             for (int64_t j = 0; j < (T - d); ++j) {
                 const float ls_i = icf[d + i * T + j];
-                const float d_ls_i = (t2 * (2.0f * ls_i));
+                const float d_ls_i = (t1 * (2.0f * ls_i));
                 d_ls[i * ((T - d)) + j] = d_ls_i;
             }
         }
@@ -1251,15 +1296,16 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     [=](auto K, auto d, auto T) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         float* const d_ls = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T));
-        float* const padded = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)));
+        float* const pad_d_ls = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)));
         for (int64_t i = 0; i < K; ++i) {
             for (int64_t j = 0; j < d; ++j) {
-                padded[i * T + j] = 0.0f;
+                pad_d_ls[i * T + j] = 0.0f;
             }
         }
+        // gmm.py:46 (continued)
         for (int64_t i = 0; i < K; ++i) {
             for (int64_t j = 0; j < (T - d); ++j) {
-                padded[d + i * T + j] = d_ls[i * ((T - d)) + j];
+                pad_d_ls[d + i * T + j] = d_ls[i * ((T - d)) + j];
             }
         }
     }(K, d, T);
@@ -1267,51 +1313,53 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     [=](auto K, auto d, auto T) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         float* const d_qs = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d));
-        float* const padded1 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * T));
+        float* const pad_index_add_d_qs = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * T));
         for (int64_t i = 0; i < K; ++i) {
             for (int64_t j = 0; j < (T - d); ++j) {
-                padded1[d + i * T + j] = 0.0f;
+                pad_index_add_d_qs[d + i * T + j] = 0.0f;
             }
         }
+        // gmm.py:45 (continued)
         for (int64_t i = 0; i < K; ++i) {
             for (int64_t j = 0; j < d; ++j) {
-                padded1[i * T + j] = d_qs[i * d + j];
+                pad_index_add_d_qs[i * T + j] = d_qs[i * d + j];
             }
         }
     }(K, d, T);
     // gmm.py:48, 53
     [=](auto K, auto out_d_alphas) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const tmp5 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
-        float* const sum = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))));
+        float* const exp_sub_alphas = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
+        float* const d_scores_sum = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))));
         for (int64_t i = 0; i < K; ++i) {
-            const float x_i = tmp5[i];
-            const float d_alphas_i = ks::mulz(t4, x_i);
-            const float sum_i = sum[i];
-            const float d_alphas_i1 = (d_alphas_i + sum_i);
+            const float exp_sub_alphas_i = exp_sub_alphas[i];
+            const float d_alphas_i = ks::mulz(t2, exp_sub_alphas_i);
+            const float d_scores_sum_i = d_scores_sum[i];
+            const float d_alphas_i1 = (d_alphas_i + d_scores_sum_i);
             out_d_alphas[i] = d_alphas_i1;
         }
     }(K, out_d_alphas);
     // gmm.py:45, 46
     [=](auto K, auto T, auto out_d_icf) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const r3 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d));
-        float* const padded = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)));
-        float* const padded1 = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * T));
+        float* const index_add_d_icf = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d));
+        float* const pad_d_ls = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)));
+        float* const pad_index_add_d_qs = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * T));
         for (int64_t i = 0; i < (K*T); ++i) {
-            const float x_i = r3[i];
-            const float padded_i = padded[i];
-            const float d_icf_i = (x_i + padded_i);
-            const float x_i1 = padded1[i];
-            const float d_icf_i1 = (d_icf_i + x_i1);
+            const float index_add_d_icf_i = index_add_d_icf[i];
+            const float pad_d_ls_i = pad_d_ls[i];
+            const float d_icf_i = (index_add_d_icf_i + pad_d_ls_i);
+            const float pad_index_add_d_qs_i = pad_index_add_d_qs[i];
+            const float d_icf_i1 = (d_icf_i + pad_index_add_d_qs_i);
             out_d_icf[i] = d_icf_i1;
         }
     }(K, T, out_d_icf);
+    // the result out_d_means
     [=](auto K, auto d, auto out_d_means) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const prod = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d));
+        float* const contract_Qs = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d));
         for (int64_t i = 0; i < K * d; ++i) {
-            out_d_means[i] = prod[i];
+            out_d_means[i] = contract_Qs[i];
         }
     }(K, d, out_d_means);
     return ks::status::ok;
@@ -1331,15 +1379,15 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const Qs = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const tmp = reinterpret_cast<double*>(next_slot);
+    double* const qs_sum = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp1 = reinterpret_cast<double*>(next_slot);
+    double* const x_sub_means = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const prod = reinterpret_cast<double*>(next_slot);
+    double* const contract_Qs = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp3 = reinterpret_cast<double*>(next_slot);
+    double* const sub_base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     (void)next_slot;
     // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
@@ -1347,31 +1395,32 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         {  // cholesky_factor(q, icf_k)
             // gmm.py:15: return torch.stack([
             for (int64_t i = 0; i < d; ++i) {
-                const double t1 = ks::exp(icf[k * T + i]);
+                const double exp_q = ks::exp(icf[k * T + i]);
                 // gmm.py:16: torch.stack([
                 for (int64_t j = 0; j < d; ++j) {
-                    const int64_t t2 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                    const double t3 = ((i > j) ? icf[k * T + ks::clamp_index_nonneg(t2, T)] : 0.0);
-                    const double t4 = ((i == j) ? t1 : t3);
-                    Qs[k * (d * d) + i * d + j] = t4;
+                    const int64_t t1 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                    const double select_icf_k = ((i > j) ? icf[k * T + ks::clamp_index_nonneg(t1, T)] : 0.0);
+                    const double t2 = ((i == j) ? exp_q : select_icf_k);
+                    Qs[k * (d * d) + i * d + j] = t2;
                 }
             }
         }
     }
     // gmm.py:65: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
-        double qs_sum = 0;
-        KS_OMP_SIMD(reduction(+:qs_sum))
+        double qs_sum_i = 0;
+        KS_OMP_SIMD(reduction(+:qs_sum_i))
         for (int64_t j = 0; j < d; ++j) {
             const double qs_i = icf[i * T + j];
-            qs_sum += qs_i;
+            qs_sum_i += qs_i;
         }
-        tmp[i] = qs_sum;
+        qs_sum[i] = qs_sum_i;
     }
+    // gmm.py:65 (continued)
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double tmp_i = tmp[i];
-        const double base_i = (alphas_i + tmp_i);
+        const double qs_sum_i = qs_sum[i];
+        const double base_i = (alphas_i + qs_sum_i);
         base[i] = base_i;
     }
     // gmm.py:66: slse = sum(
@@ -1383,61 +1432,65 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             for (int64_t k = 0; k < d; ++k) {
                 const double x_i = x[i * d + k];
                 const double means_i = means[j * d + k];
-                const double t1 = (x_i - means_i);
-                tmp1[j * d + k] = t1;
+                const double x_sub_means_i = (x_i - means_i);
+                x_sub_means[j * d + k] = x_sub_means_i;
             }
         }
+        // gmm.py:67 (continued)
         for (int64_t j = 0; j < K; ++j) {
             int64_t j1 = 0;
             for (; j1 + 4 <= d; j1 += 4) {
                 double dot = 0; double dot1 = 0; double dot2 = 0; double dot3 = 0;
                 KS_OMP_SIMD(reduction(+:dot, dot1, dot2, dot3))
                 for (int64_t k = 0; k < d; ++k) {
-                    dot += Qs[j * (d * d) + j1 * d + k] * tmp1[j * d + k];
-                    dot1 += Qs[j * (d * d) + (j1 + 1) * d + k] * tmp1[j * d + k];
-                    dot2 += Qs[j * (d * d) + (j1 + 2) * d + k] * tmp1[j * d + k];
-                    dot3 += Qs[j * (d * d) + (j1 + 3) * d + k] * tmp1[j * d + k];
+                    dot += Qs[j * (d * d) + j1 * d + k] * x_sub_means[j * d + k];
+                    dot1 += Qs[j * (d * d) + (j1 + 1) * d + k] * x_sub_means[j * d + k];
+                    dot2 += Qs[j * (d * d) + (j1 + 2) * d + k] * x_sub_means[j * d + k];
+                    dot3 += Qs[j * (d * d) + (j1 + 3) * d + k] * x_sub_means[j * d + k];
                 }
-                prod[j * d + j1] = dot;
-                prod[j * d + (j1 + 1)] = dot1;
-                prod[j * d + (j1 + 2)] = dot2;
-                prod[j * d + (j1 + 3)] = dot3;
+                contract_Qs[j * d + j1] = dot;
+                contract_Qs[j * d + (j1 + 1)] = dot1;
+                contract_Qs[j * d + (j1 + 2)] = dot2;
+                contract_Qs[j * d + (j1 + 3)] = dot3;
             }
             for (; j1 < d; ++j1) {
                 double dot = 0;
                 KS_OMP_SIMD(reduction(+:dot))
                 for (int64_t k = 0; k < d; ++k) {
-                    dot += Qs[j * (d * d) + j1 * d + k] * tmp1[j * d + k];
+                    dot += Qs[j * (d * d) + j1 * d + k] * x_sub_means[j * d + k];
                 }
-                prod[j * d + j1] = dot;
+                contract_Qs[j * d + j1] = dot;
             }
         }
-        double* const tmp2 = tmp;  // reuses a dead buffer's space
+        // gmm.py:67 (continued)
+        double* const tmp = qs_sum;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
-            double acc = 0;
-            KS_OMP_SIMD(reduction(+:acc))
+            double acc_i = 0;
+            KS_OMP_SIMD(reduction(+:acc_i))
             for (int64_t k = 0; k < d; ++k) {
-                const double prod_i = prod[j * d + k];
-                acc += ks::ipow<2>(prod_i);
+                const double contract_Qs_i = contract_Qs[j * d + k];
+                acc_i += ks::ipow<2>(contract_Qs_i);
             }
-            tmp2[j] = acc;
+            tmp[j] = acc_i;
         }
-        double acc = ks::lowest<double>();
+        // gmm.py:67 (continued)
+        double sub_base_max = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = tmp2[j];
+            const double tmp_i = tmp[j];
             const double base_i = base[j];
-            const double t1 = (base_i - (0.5 * x_i));
-            tmp3[j] = t1;
-            acc = ks::running_max(acc, t1);
+            const double sub_base_i = (base_i - (0.5 * tmp_i));
+            sub_base[j] = sub_base_i;
+            sub_base_max = ks::running_max(sub_base_max, sub_base_i);
         }
-        const double t1 = ((ks::abs(acc) == __builtin_huge_val()) ? 0.0 : acc);
-        double acc1 = 0;
-        KS_OMP_SIMD(reduction(+:acc1))
+        const double select_sub_base_max = ((ks::abs(sub_base_max) == __builtin_huge_val()) ? 0.0 : sub_base_max);
+        // gmm.py:67 (continued)
+        double acc = 0;
+        KS_OMP_SIMD(reduction(+:acc))
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = tmp3[j];
-            acc1 += ks::exp((x_i - t1));
+            const double sub_base_i = sub_base[j];
+            acc += ks::exp((sub_base_i - select_sub_base_max));
         }
-        sum = (sum + (ks::log(acc1) + t1));
+        sum = (sum + (ks::log(acc) + select_sub_base_max));
     }
     const double constant = ((static_cast<double>(((-n) * d)) * 0.5) * 1.8378770664093453);
     // gmm.py:70: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
@@ -1446,55 +1499,57 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         const double alphas_i = alphas[i];
         alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
-    double acc = 0;
-    KS_OMP_SIMD(reduction(+:acc))
+    const double select_alphas_max = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
+    // gmm.py:70 (continued)
+    double exp_sub_alphas_sum = 0;
+    KS_OMP_SIMD(reduction(+:exp_sub_alphas_sum))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        acc += ks::exp((alphas_i - t1));
+        exp_sub_alphas_sum += ks::exp((alphas_i - select_alphas_max));
     }
-    const double t2 = ((constant + sum) - (static_cast<double>(n) * (ks::log(acc) + t1)));
+    const double t1 = (static_cast<double>(n) * (ks::log(exp_sub_alphas_sum) + select_alphas_max));
     // gmm.py:71: + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
     double log_wishart_prior;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t3 = static_cast<double>(d);
-        const double n_w = ((t3 + wishart_m) + 1.0);
-        const double t4 = ((n_w * t3) * (ks::log(wishart_gamma) - 0.34657359027997264));
-        const double t5 = (0.5 * n_w);
+        const double t2 = static_cast<double>(d);
+        const double n_w = ((t2 + wishart_m) + 1.0);
+        const double t3 = ((n_w * t2) * (ks::log(wishart_gamma) - 0.34657359027997264));
+        const double mul_n_w = (0.5 * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        const double C = (t4 - detail::log_gamma_d(d, t5));
+        const double C = (t3 - detail::log_gamma_d(d, mul_n_w));
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
-        double acc1 = 0;
+        double ipow_exp_qs_sum = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc1))
+            KS_OMP_SIMD(reduction(+:ipow_exp_qs_sum))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
-                acc1 += ks::ipow<2>(ks::exp(qs_i));
+                ipow_exp_qs_sum += ks::ipow<2>(ks::exp(qs_i));
             }
         }
-        double acc2 = 0;
+        // gmm.py:32 (continued)
+        double ipow_ls_sum = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc2))
+            KS_OMP_SIMD(reduction(+:ipow_ls_sum))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const double ls_i = icf[d + i * T + j];
-                acc2 += ks::ipow<2>(ls_i);
+                ipow_ls_sum += ks::ipow<2>(ls_i);
             }
         }
-        const double frobenius = (acc1 + acc2);
+        const double frobenius = (ipow_exp_qs_sum + ipow_ls_sum);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
-        double qs_sum = 0;
+        double qs_sum1 = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:qs_sum))
+            KS_OMP_SIMD(reduction(+:qs_sum1))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
-                qs_sum += qs_i;
+                qs_sum1 += qs_i;
             }
         }
-        const double t6 = (((0.5 * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum));
-        log_wishart_prior = (t6 - (static_cast<double>(K) * C));
+        const double sub_mul_frobenius = (((0.5 * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum1));
+        log_wishart_prior = (sub_mul_frobenius - (static_cast<double>(K) * C));
     }
-    const double t3 = (t2 + log_wishart_prior);
-    *out = t3;
+    const double t2 = (((constant + sum) - t1) + log_wishart_prior);
+    *out = t2;
     return ks::status::ok;
 }
 
@@ -1514,85 +1569,86 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const Qs = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    uint8_t* const r = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const i_eq_j = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
-    double* const r1 = reinterpret_cast<double*>(next_slot);
+    double* const r = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    uint8_t* const r2 = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const select_i_eq_j = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
-    double* const tmp = reinterpret_cast<double*>(next_slot);
+    double* const qs_sum = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r3 = reinterpret_cast<double*>(next_slot);
+    double* const x_sub_means = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const r4 = reinterpret_cast<double*>(next_slot);
+    double* const contract_Qs = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const r5 = reinterpret_cast<double*>(next_slot);
+    double* const r1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const r6 = reinterpret_cast<double*>(next_slot);
+    double* const r2 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
-    double* const tmp2 = reinterpret_cast<double*>(next_slot);
+    double* const sub_base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r8 = reinterpret_cast<double*>(next_slot);
+    double* const r4 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const tmp5 = reinterpret_cast<double*>(next_slot);
+    double* const tmp1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp6 = reinterpret_cast<double*>(next_slot);
+    double* const tmp2 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const prod = reinterpret_cast<double*>(next_slot);
+    double* const contract_Qs1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const r10 = reinterpret_cast<double*>(next_slot);
+    double* const index_add_d_icf = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const r11 = reinterpret_cast<double*>(next_slot);
+    double* const index_add_d_q = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
-    double* const r12 = reinterpret_cast<double*>(next_slot);
+    double* const index_add_d_icf_k = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
-    double* const padded = reinterpret_cast<double*>(next_slot);
+    double* const pad_d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
-    double* const padded1 = reinterpret_cast<double*>(next_slot);
+    double* const pad_index_add_d_qs = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
-    double* const tmp3 = tmp;  // reuses a dead buffer's space
-    double* const r7 = base;  // reuses a dead buffer's space
-    double* const d_qs = tmp6;  // reuses a dead buffer's space
+    double* const exp_sub_alphas = qs_sum;  // reuses a dead buffer's space
+    double* const r3 = base;  // reuses a dead buffer's space
+    double* const d_qs = tmp2;  // reuses a dead buffer's space
     // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
     for (int64_t k = 0; k < K; ++k) {
         // gmm.py:15: return torch.stack([
         for (int64_t i = 0; i < d; ++i) {
-            const double t1 = ks::exp(icf[k * T + i]);
+            const double exp_q = ks::exp(icf[k * T + i]);
             // gmm.py:16: torch.stack([
             for (int64_t j = 0; j < d; ++j) {
-                const bool t2 = (i == j);
-                const bool t3 = (i > j);
-                const int64_t t4 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                const double t5 = (t3 ? icf[k * T + ks::clamp_index_nonneg(t4, T)] : 0.0);
-                const double t6 = (t2 ? t1 : t5);
-                const double t7 = (t2 ? t1 : 0.0);
-                const bool t8 = (t2 ? false : t3);
-                Qs[k * (d * d) + i * d + j] = t6;
-                r[k * (d * d) + i * d + j] = t2;
-                r1[k * (d * d) + i * d + j] = t7;
-                r2[k * (d * d) + i * d + j] = t8;
+                const bool i_eq_j1 = (i == j);
+                const bool i_gt_j = (i > j);
+                const int64_t t1 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                const double select_icf_k = (i_gt_j ? icf[k * T + ks::clamp_index_nonneg(t1, T)] : 0.0);
+                const double t2 = (i_eq_j1 ? exp_q : select_icf_k);
+                const double t3 = (i_eq_j1 ? exp_q : 0.0);
+                const bool select_i_eq_j1 = (i_eq_j1 ? false : i_gt_j);
+                Qs[k * (d * d) + i * d + j] = t2;
+                i_eq_j[k * (d * d) + i * d + j] = i_eq_j1;
+                r[k * (d * d) + i * d + j] = t3;
+                select_i_eq_j[k * (d * d) + i * d + j] = select_i_eq_j1;
             }
         }
     }
     // gmm.py:65: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
-        double qs_sum = 0;
-        KS_OMP_SIMD(reduction(+:qs_sum))
+        double qs_sum_i = 0;
+        KS_OMP_SIMD(reduction(+:qs_sum_i))
         for (int64_t j = 0; j < d; ++j) {
             const double qs_i = icf[i * T + j];
-            qs_sum += qs_i;
+            qs_sum_i += qs_i;
         }
-        tmp[i] = qs_sum;
+        qs_sum[i] = qs_sum_i;
     }
+    // gmm.py:65 (continued)
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double tmp_i = tmp[i];
-        const double base_i = (alphas_i + tmp_i);
+        const double qs_sum_i = qs_sum[i];
+        const double base_i = (alphas_i + qs_sum_i);
         base[i] = base_i;
     }
     // gmm.py:66: slse = sum(
@@ -1602,63 +1658,67 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
             for (int64_t k = 0; k < d; ++k) {
                 const double x_i = x[i * d + k];
                 const double means_i = means[j * d + k];
-                const double t1 = (x_i - means_i);
-                r3[i * (K * d) + j * d + k] = t1;
+                const double x_sub_means_i = (x_i - means_i);
+                x_sub_means[i * (K * d) + j * d + k] = x_sub_means_i;
             }
         }
+        // gmm.py:67 (continued)
         for (int64_t j = 0; j < K; ++j) {
             int64_t j1 = 0;
             for (; j1 + 4 <= d; j1 += 4) {
                 double dot = 0; double dot1 = 0; double dot2 = 0; double dot3 = 0;
                 KS_OMP_SIMD(reduction(+:dot, dot1, dot2, dot3))
                 for (int64_t k = 0; k < d; ++k) {
-                    dot += Qs[j * (d * d) + j1 * d + k] * r3[i * (K * d) + j * d + k];
-                    dot1 += Qs[j * (d * d) + (j1 + 1) * d + k] * r3[i * (K * d) + j * d + k];
-                    dot2 += Qs[j * (d * d) + (j1 + 2) * d + k] * r3[i * (K * d) + j * d + k];
-                    dot3 += Qs[j * (d * d) + (j1 + 3) * d + k] * r3[i * (K * d) + j * d + k];
+                    dot += Qs[j * (d * d) + j1 * d + k] * x_sub_means[i * (K * d) + j * d + k];
+                    dot1 += Qs[j * (d * d) + (j1 + 1) * d + k] * x_sub_means[i * (K * d) + j * d + k];
+                    dot2 += Qs[j * (d * d) + (j1 + 2) * d + k] * x_sub_means[i * (K * d) + j * d + k];
+                    dot3 += Qs[j * (d * d) + (j1 + 3) * d + k] * x_sub_means[i * (K * d) + j * d + k];
                 }
-                r4[i * (K * d) + j * d + j1] = dot;
-                r4[i * (K * d) + j * d + (j1 + 1)] = dot1;
-                r4[i * (K * d) + j * d + (j1 + 2)] = dot2;
-                r4[i * (K * d) + j * d + (j1 + 3)] = dot3;
+                contract_Qs[i * (K * d) + j * d + j1] = dot;
+                contract_Qs[i * (K * d) + j * d + (j1 + 1)] = dot1;
+                contract_Qs[i * (K * d) + j * d + (j1 + 2)] = dot2;
+                contract_Qs[i * (K * d) + j * d + (j1 + 3)] = dot3;
             }
             for (; j1 < d; ++j1) {
                 double dot = 0;
                 KS_OMP_SIMD(reduction(+:dot))
                 for (int64_t k = 0; k < d; ++k) {
-                    dot += Qs[j * (d * d) + j1 * d + k] * r3[i * (K * d) + j * d + k];
+                    dot += Qs[j * (d * d) + j1 * d + k] * x_sub_means[i * (K * d) + j * d + k];
                 }
-                r4[i * (K * d) + j * d + j1] = dot;
+                contract_Qs[i * (K * d) + j * d + j1] = dot;
             }
         }
-        double* const tmp1 = tmp;  // reuses a dead buffer's space
+        // gmm.py:67 (continued)
+        double* const tmp = qs_sum;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
-            double acc = 0;
-            KS_OMP_SIMD(reduction(+:acc))
+            double acc_i = 0;
+            KS_OMP_SIMD(reduction(+:acc_i))
             for (int64_t k = 0; k < d; ++k) {
-                const double x_i = r4[i * (K * d) + j * d + k];
-                acc += ks::ipow<2>(x_i);
+                const double contract_Qs_i = contract_Qs[i * (K * d) + j * d + k];
+                acc_i += ks::ipow<2>(contract_Qs_i);
             }
-            tmp1[j] = acc;
+            tmp[j] = acc_i;
         }
-        double acc = ks::lowest<double>();
+        // gmm.py:67 (continued)
+        double sub_base_max = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = tmp1[j];
+            const double tmp_i = tmp[j];
             const double base_i = base[j];
-            const double t1 = (base_i - (0.5 * x_i));
-            tmp2[j] = t1;
-            acc = ks::running_max(acc, t1);
+            const double sub_base_i = (base_i - (0.5 * tmp_i));
+            sub_base[j] = sub_base_i;
+            sub_base_max = ks::running_max(sub_base_max, sub_base_i);
         }
-        const double t1 = ((ks::abs(acc) == __builtin_huge_val()) ? 0.0 : acc);
-        double acc1 = 0;
-        KS_OMP_SIMD(reduction(+:acc1))
+        const double select_sub_base_max = ((ks::abs(sub_base_max) == __builtin_huge_val()) ? 0.0 : sub_base_max);
+        // gmm.py:67 (continued)
+        double acc = 0;
+        KS_OMP_SIMD(reduction(+:acc))
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = tmp2[j];
-            const double t2 = ks::exp((x_i - t1));
-            r5[i * K + j] = t2;
-            acc1 += t2;
+            const double sub_base_i = sub_base[j];
+            const double t1 = ks::exp((sub_base_i - select_sub_base_max));
+            r1[i * K + j] = t1;
+            acc += t1;
         }
-        r6[i] = acc1;
+        r2[i] = acc;
     }
     // gmm.py:70: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double alphas_max = ks::lowest<double>();
@@ -1666,168 +1726,184 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         const double alphas_i = alphas[i];
         alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
-    double acc = 0;
-    KS_OMP_SIMD(reduction(+:acc))
+    const double select_alphas_max = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
+    // gmm.py:70 (continued)
+    double exp_sub_alphas_sum = 0;
+    KS_OMP_SIMD(reduction(+:exp_sub_alphas_sum))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double t2 = ks::exp((alphas_i - t1));
-        tmp3[i] = t2;
-        acc += t2;
+        const double exp_sub_alphas_i = ks::exp((alphas_i - select_alphas_max));
+        exp_sub_alphas[i] = exp_sub_alphas_i;
+        exp_sub_alphas_sum += exp_sub_alphas_i;
     }
-    const double t2 = (0.5 * ks::ipow<2>(wishart_gamma));
-    const double t3 = ((-1.0) * wishart_m);
-    const double t4 = ks::mulz(((-1.0) * static_cast<double>(n)), (1.0 / acc));
+    const double t1 = (0.5 * ks::ipow<2>(wishart_gamma));
+    const double mul_wishart_m = ((-1.0) * wishart_m);
+    const double t2 = ks::mulz(((-1.0) * static_cast<double>(n)), (1.0 / exp_sub_alphas_sum));
     // gmm.py:66: slse = sum(
-    double r9;
+    double d_sum;
     for (int64_t i = 0; i < K; ++i) {
-        r7[i] = 0.0;
+        r3[i] = 0.0;
     }
+    // gmm.py:66 (continued)
     for (int64_t i = 0; i < K * d * d; ++i) {
-        r8[i] = 0.0;
+        r4[i] = 0.0;
     }
+    // gmm.py:66 (continued)
     for (int64_t i = 0; i < K * d; ++i) {
         out_d_means[i] = 0.0;
     }
-    r9 = 1.0;
+    d_sum = 1.0;
+    // gmm.py:66 (continued)
     for (int64_t i = n - 1; i >= 0; --i) {
-        const double t5 = (1.0 / r6[i]);
-        const double t6 = ks::mulz(r9, t5);
+        const double t3 = (1.0 / r2[i]);
+        const double mulz_d_sum = ks::mulz(d_sum, t3);
         // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
-        double* const tmp4 = tmp2;  // reuses a dead buffer's space
+        double* const tmp = sub_base;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = r5[i * K + j];
-            const double t7 = ks::mulz(t6, x_i);
-            tmp4[j] = t7;
-            const double t8 = ((t7 * (-1.0)) * 0.5);
-            tmp5[j] = t8;
+            const double x_i = r1[i * K + j];
+            const double t4 = ks::mulz(mulz_d_sum, x_i);
+            tmp[j] = t4;
+            const double t5 = ((t4 * (-1.0)) * 0.5);
+            tmp1[j] = t5;
         }
+        // gmm.py:67 (continued)
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
-                const double x_i = r4[i * (K * d) + j * d + k];
-                const double x_i1 = tmp5[j];
-                const double t7 = (x_i1 * (2.0 * x_i));
-                tmp6[j * d + k] = t7;
+                const double contract_Qs_i = contract_Qs[i * (K * d) + j * d + k];
+                const double x_i = tmp1[j];
+                const double t4 = (x_i * (2.0 * contract_Qs_i));
+                tmp2[j * d + k] = t4;
             }
         }
+        // gmm.py:67 (continued)
         for (int64_t j = 0; j < K * d; ++j) {
-            prod[j] = 0;
+            contract_Qs1[j] = 0;
         }
+        // gmm.py:67 (continued) (continued)
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
                 for (int64_t l = 0; l < d; ++l) {
-                    prod[j * d + l] += tmp6[j * d + k] * Qs[j * (d * d) + k * d + l];
+                    contract_Qs1[j * d + l] += tmp2[j * d + k] * Qs[j * (d * d) + k * d + l];
                 }
             }
         }
+        // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
                 for (int64_t l = 0; l < d; ++l) {
-                    r8[j * (d * d) + k * d + l] += tmp6[j * d + k] * r3[i * (K * d) + j * d + l];
+                    r4[j * (d * d) + k * d + l] += tmp2[j * d + k] * x_sub_means[i * (K * d) + j * d + l];
                 }
             }
         }
+        // gmm.py:67 (continued)
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = r7[j];
-            const double x_i1 = tmp4[j];
-            const double t7 = (x_i + x_i1);
-            r7[j] = t7;
+            const double x_i = r3[j];
+            const double tmp_i = tmp[j];
+            const double t4 = (x_i + tmp_i);
+            r3[j] = t4;
         }
+        // gmm.py:67 (continued)
         for (int64_t j = 0; j < (K*d); ++j) {
-            const double prod_i = prod[j];
-            const double out_d_means_i = out_d_means[j];
-            const double t7 = (out_d_means_i + (prod_i * (-1.0)));
-            out_d_means[j] = t7;
+            const double x_i = contract_Qs1[j];
+            const double d_means_i = out_d_means[j];
+            const double d_means_i1 = (d_means_i + (x_i * (-1.0)));
+            out_d_means[j] = d_means_i1;
         }
     }
     // gmm.py:32, 65
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
             const double qs_i = icf[i * T + j];
-            const double t5 = ks::exp(qs_i);
-            const double d_qs_i = (t3 + ks::mulz((t2 * (2.0 * t5)), t5));
-            const double x_i = r7[i];
+            const double exp_qs_i = ks::exp(qs_i);
+            const double d_qs_i = (mul_wishart_m + ks::mulz((t1 * (2.0 * exp_qs_i)), exp_qs_i));
+            const double x_i = r3[i];
             const double d_qs_i1 = (d_qs_i + x_i);
             d_qs[i * d + j] = d_qs_i1;
         }
     }
     // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
     for (int64_t i = 0; i < K * T; ++i) {
-        r10[i] = 0.0;
+        index_add_d_icf[i] = 0.0;
     }
+    // gmm.py:64 (continued)
     for (int64_t k = K - 1; k >= 0; --k) {
         // gmm.py:15: return torch.stack([
         for (int64_t i = 0; i < d; ++i) {
-            r11[i] = 0.0;
+            index_add_d_q[i] = 0.0;
         }
+        // gmm.py:15 (continued)
         for (int64_t i = 0; i < T; ++i) {
-            r12[i] = 0.0;
+            index_add_d_icf_k[i] = 0.0;
         }
+        // gmm.py:15 (continued)
         for (int64_t i = d - 1; i >= 0; --i) {
             // gmm.py:16: torch.stack([
             for (int64_t j = d - 1; j >= 0; --j) {
-                const double t5 = ks::mulz(r8[k * (d * d) + i * d + j], r1[k * (d * d) + i * d + j]);
-                const int64_t t6 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                const double t7 = (r2[k * (d * d) + i * d + j] ? r8[k * (d * d) + i * d + j] : 0.0);
-                const double t8 = (r[k * (d * d) + i * d + j] ? t5 : 0.0);
-                const double t9 = (r[k * (d * d) + i * d + j] ? 0.0 : t7);
-                r11[i] += t8;
-                r12[ks::clamp_index_nonneg(t6, T)] += t9;
+                const double t3 = ks::mulz(r4[k * (d * d) + i * d + j], r[k * (d * d) + i * d + j]);
+                const int64_t t4 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                const double t5 = (select_i_eq_j[k * (d * d) + i * d + j] ? r4[k * (d * d) + i * d + j] : 0.0);
+                const double t6 = (i_eq_j[k * (d * d) + i * d + j] ? t3 : 0.0);
+                const double t7 = (i_eq_j[k * (d * d) + i * d + j] ? 0.0 : t5);
+                index_add_d_q[i] += t6;
+                index_add_d_icf_k[ks::clamp_index_nonneg(t4, T)] += t7;
             }
         }
         // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
         for (int64_t i = 0; i < T; ++i) {
-            r10[k * T + i] += r12[i];
+            index_add_d_icf[k * T + i] += index_add_d_icf_k[i];
         }
+        // gmm.py:64 (continued)
         for (int64_t i = 0; i < d; ++i) {
-            d_qs[k * d + i] += r11[i];
+            d_qs[k * d + i] += index_add_d_q[i];
         }
     }
     // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < (T - d); ++j) {
             const double ls_i = icf[d + i * T + j];
-            const double d_ls_i = (t2 * (2.0 * ls_i));
+            const double d_ls_i = (t1 * (2.0 * ls_i));
             d_ls[i * ((T - d)) + j] = d_ls_i;
         }
     }
     // gmm.py:63: ls = icf[:, d:]
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
-            padded[i * T + j] = 0.0;
+            pad_d_ls[i * T + j] = 0.0;
         }
     }
+    // gmm.py:63 (continued)
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < (T - d); ++j) {
-            padded[d + i * T + j] = d_ls[i * ((T - d)) + j];
+            pad_d_ls[d + i * T + j] = d_ls[i * ((T - d)) + j];
         }
     }
     // gmm.py:62: qs = icf[:, :d]
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < (T - d); ++j) {
-            padded1[d + i * T + j] = 0.0;
+            pad_index_add_d_qs[d + i * T + j] = 0.0;
         }
     }
+    // gmm.py:62 (continued)
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
-            padded1[i * T + j] = d_qs[i * d + j];
+            pad_index_add_d_qs[i * T + j] = d_qs[i * d + j];
         }
     }
     // gmm.py:65, 70
     for (int64_t i = 0; i < K; ++i) {
-        const double x_i = tmp3[i];
-        const double d_alphas_i = ks::mulz(t4, x_i);
-        const double x_i1 = r7[i];
-        const double d_alphas_i1 = (d_alphas_i + x_i1);
+        const double exp_sub_alphas_i = exp_sub_alphas[i];
+        const double d_alphas_i = ks::mulz(t2, exp_sub_alphas_i);
+        const double x_i = r3[i];
+        const double d_alphas_i1 = (d_alphas_i + x_i);
         out_d_alphas[i] = d_alphas_i1;
     }
     // gmm.py:62, 63
     for (int64_t i = 0; i < (K*T); ++i) {
-        const double x_i = r10[i];
-        const double padded_i = padded[i];
-        const double d_icf_i = (x_i + padded_i);
-        const double x_i1 = padded1[i];
-        const double d_icf_i1 = (d_icf_i + x_i1);
+        const double index_add_d_icf_i = index_add_d_icf[i];
+        const double pad_d_ls_i = pad_d_ls[i];
+        const double d_icf_i = (index_add_d_icf_i + pad_d_ls_i);
+        const double pad_index_add_d_qs_i = pad_index_add_d_qs[i];
+        const double d_icf_i1 = (d_icf_i + pad_index_add_d_qs_i);
         out_d_icf[i] = d_icf_i1;
     }
     return ks::status::ok;
@@ -1845,7 +1921,7 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
     if ((T - d) < 0 || (d - 1) < 0 || (T < 1 && K > 0 && d > 0)) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_tri_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    double* const r1 = reinterpret_cast<double*>(next_slot);
+    double* const exp_icf = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
@@ -1853,8 +1929,8 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
     // gmm.py:86: (torch.exp(icf[k, r]) * (x[i, r] - means[k, r])
     for (int64_t k = 0; k < K; ++k) {
         for (int64_t r = 0; r < d; ++r) {
-            const double t1 = ks::exp(icf[k * T + r]);
-            r1[k * d + r] = t1;
+            const double exp_icf1 = ks::exp(icf[k * T + r]);
+            exp_icf[k * d + r] = exp_icf1;
         }
     }
     // gmm.py:83: for i in range(n):
@@ -1870,27 +1946,28 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
                 const double icf_i = icf[k * T + j];
                 icf_sum += icf_i;
             }
-            const double t1 = (alphas[k] + icf_sum);
+            const double add_alphas = (alphas[k] + icf_sum);
+            // gmm.py:85 (continued)
             double sum;
             sum = 0.0;
             for (int64_t r = 0; r < d; ++r) {
-                const double t2 = (x[i * d + r] - means[k * d + r]);
-                const double t3 = (r1[k * d + r] * t2);
-                const int64_t t4 = ks::max(r, int64_t{0});
+                const double x_sub_means = (x[i * d + r] - means[k * d + r]);
+                const double mul_x_sub_means = (exp_icf[k * d + r] * x_sub_means);
+                const int64_t max_r = ks::max(r, int64_t{0});
                 // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
                 double sum1;
                 sum1 = 0.0;
-                for (int64_t c = 0; c < t4; ++c) {
+                for (int64_t c = 0; c < max_r; ++c) {
                     KS_SCALAR_LOOP();
-                    const int64_t t5 = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
-                    const double t6 = (x[i * d + c] - means[k * d + c]);
-                    const double t7 = (icf[k * T + ks::clamp_index_nonneg(t5, T)] * t6);
-                    sum1 = (sum1 + t7);
+                    const int64_t t1 = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
+                    const double x_sub_means1 = (x[i * d + c] - means[k * d + c]);
+                    const double mul_icf = (icf[k * T + ks::clamp_index_nonneg(t1, T)] * x_sub_means1);
+                    sum1 = (sum1 + mul_icf);
                 }
-                sum = (sum + ks::ipow<2>((t3 + sum1)));
+                sum = (sum + ks::ipow<2>((mul_x_sub_means + sum1)));
             }
-            const double t2 = (t1 - (0.5 * sum));
-            scores[k] = t2;
+            const double sub_add_alphas = (add_alphas - (0.5 * sum));
+            scores[k] = sub_add_alphas;
         }
         // gmm.py:90: slse = slse + torch.logsumexp(scores, dim=0)
         double scores_max = ks::lowest<double>();
@@ -1898,14 +1975,15 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
             const double scores_i = scores[j];
             scores_max = ks::running_max(scores_max, scores_i);
         }
-        const double t1 = ((ks::abs(scores_max) == __builtin_huge_val()) ? 0.0 : scores_max);
-        double acc = 0;
-        KS_OMP_SIMD(reduction(+:acc))
+        const double select_scores_max = ((ks::abs(scores_max) == __builtin_huge_val()) ? 0.0 : scores_max);
+        // gmm.py:90 (continued)
+        double exp_sub_scores_sum = 0;
+        KS_OMP_SIMD(reduction(+:exp_sub_scores_sum))
         for (int64_t j = 0; j < K; ++j) {
             const double scores_i = scores[j];
-            acc += ks::exp((scores_i - t1));
+            exp_sub_scores_sum += ks::exp((scores_i - select_scores_max));
         }
-        slse = (slse + (ks::log(acc) + t1));
+        slse = (slse + (ks::log(exp_sub_scores_sum) + select_scores_max));
     }
     const double constant = ((static_cast<double>(((-n) * d)) * 0.5) * 1.8378770664093453);
     // gmm.py:92: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
@@ -1914,41 +1992,43 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
         const double alphas_i = alphas[i];
         alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
-    double acc = 0;
-    KS_OMP_SIMD(reduction(+:acc))
+    const double select_alphas_max = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
+    // gmm.py:92 (continued)
+    double exp_sub_alphas_sum = 0;
+    KS_OMP_SIMD(reduction(+:exp_sub_alphas_sum))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        acc += ks::exp((alphas_i - t1));
+        exp_sub_alphas_sum += ks::exp((alphas_i - select_alphas_max));
     }
-    const double t2 = ((constant + slse) - (static_cast<double>(n) * (ks::log(acc) + t1)));
+    const double t1 = (static_cast<double>(n) * (ks::log(exp_sub_alphas_sum) + select_alphas_max));
     // gmm.py:93: + log_wishart_prior(icf[:, :d], icf[:, d:], wishart_gamma, wishart_m, d, K))
     double log_wishart_prior;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t3 = static_cast<double>(d);
-        const double n_w = ((t3 + wishart_m) + 1.0);
-        const double t4 = ((n_w * t3) * (ks::log(wishart_gamma) - 0.34657359027997264));
-        const double t5 = (0.5 * n_w);
+        const double t2 = static_cast<double>(d);
+        const double n_w = ((t2 + wishart_m) + 1.0);
+        const double t3 = ((n_w * t2) * (ks::log(wishart_gamma) - 0.34657359027997264));
+        const double mul_n_w = (0.5 * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        const double C = (t4 - detail::log_gamma_d(d, t5));
+        const double C = (t3 - detail::log_gamma_d(d, mul_n_w));
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
-        double acc1 = 0;
+        double ipow_exp_qs_sum = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc1))
+            KS_OMP_SIMD(reduction(+:ipow_exp_qs_sum))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
-                acc1 += ks::ipow<2>(ks::exp(qs_i));
+                ipow_exp_qs_sum += ks::ipow<2>(ks::exp(qs_i));
             }
         }
-        double acc2 = 0;
+        // gmm.py:32 (continued)
+        double ipow_ls_sum = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc2))
+            KS_OMP_SIMD(reduction(+:ipow_ls_sum))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const double ls_i = icf[d + i * T + j];
-                acc2 += ks::ipow<2>(ls_i);
+                ipow_ls_sum += ks::ipow<2>(ls_i);
             }
         }
-        const double frobenius = (acc1 + acc2);
+        const double frobenius = (ipow_exp_qs_sum + ipow_ls_sum);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
         double qs_sum = 0;
         for (int64_t i = 0; i < K; ++i) {
@@ -1958,11 +2038,11 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
                 qs_sum += qs_i;
             }
         }
-        const double t6 = (((0.5 * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum));
-        log_wishart_prior = (t6 - (static_cast<double>(K) * C));
+        const double sub_mul_frobenius = (((0.5 * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum));
+        log_wishart_prior = (sub_mul_frobenius - (static_cast<double>(K) * C));
     }
-    const double t3 = (t2 + log_wishart_prior);
-    *out = t3;
+    const double t2 = (((constant + slse) - t1) + log_wishart_prior);
+    *out = t2;
     return ks::status::ok;
 }
 
@@ -1980,35 +2060,35 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     if ((T - d) < 0 || (T < 1 && K > 0 && d > 0) || (T < 1 && n > 0 && K > 0 && d > 0)) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_tri_grad_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    double* const r1 = reinterpret_cast<double*>(next_slot);
+    double* const exp_icf = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const r2 = reinterpret_cast<double*>(next_slot);
+    double* const add_sum = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const r3 = reinterpret_cast<double*>(next_slot);
+    double* const exp_sub_scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const r4 = reinterpret_cast<double*>(next_slot);
+    double* const exp_sub_scores_sum = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
     double* const scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp1 = reinterpret_cast<double*>(next_slot);
+    double* const tmp = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const tmp2 = reinterpret_cast<double*>(next_slot);
+    double* const tmp1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const d_icf = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     double* const d_alphas = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r6 = reinterpret_cast<double*>(next_slot);
+    double* const r1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
-    double* const r7 = reinterpret_cast<double*>(next_slot);
+    double* const r2 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
     (void)next_slot;
-    double* const tmp = scores;  // reuses a dead buffer's space
+    double* const exp_sub_alphas = scores;  // reuses a dead buffer's space
     // gmm.py:86: (torch.exp(icf[k, r]) * (x[i, r] - means[k, r])
     for (int64_t k = 0; k < K; ++k) {
         for (int64_t r = 0; r < d; ++r) {
-            const double t1 = ks::exp(icf[k * T + r]);
-            r1[k * d + r] = t1;
+            const double exp_icf1 = ks::exp(icf[k * T + r]);
+            exp_icf[k * d + r] = exp_icf1;
         }
     }
     // gmm.py:83: for i in range(n):
@@ -2022,29 +2102,30 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                 const double icf_i = icf[k * T + j];
                 icf_sum += icf_i;
             }
-            const double t1 = (alphas[k] + icf_sum);
+            const double add_alphas = (alphas[k] + icf_sum);
+            // gmm.py:85 (continued)
             double sum;
             sum = 0.0;
             for (int64_t r = 0; r < d; ++r) {
-                const double t2 = (x[i * d + r] - means[k * d + r]);
-                const double t3 = (r1[k * d + r] * t2);
-                const int64_t t4 = ks::max(r, int64_t{0});
+                const double x_sub_means = (x[i * d + r] - means[k * d + r]);
+                const double mul_x_sub_means = (exp_icf[k * d + r] * x_sub_means);
+                const int64_t max_r = ks::max(r, int64_t{0});
                 // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
                 double sum1;
                 sum1 = 0.0;
-                for (int64_t c = 0; c < t4; ++c) {
+                for (int64_t c = 0; c < max_r; ++c) {
                     KS_SCALAR_LOOP();
-                    const int64_t t5 = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
-                    const double t6 = (x[i * d + c] - means[k * d + c]);
-                    const double t7 = (icf[k * T + ks::clamp_index_nonneg(t5, T)] * t6);
-                    sum1 = (sum1 + t7);
+                    const int64_t t1 = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
+                    const double x_sub_means1 = (x[i * d + c] - means[k * d + c]);
+                    const double mul_icf = (icf[k * T + ks::clamp_index_nonneg(t1, T)] * x_sub_means1);
+                    sum1 = (sum1 + mul_icf);
                 }
-                const double t5 = (t3 + sum1);
-                sum = (sum + ks::ipow<2>(t5));
-                r2[i * (K * d) + k * d + r] = t5;
+                const double add_sum1 = (mul_x_sub_means + sum1);
+                sum = (sum + ks::ipow<2>(add_sum1));
+                add_sum[i * (K * d) + k * d + r] = add_sum1;
             }
-            const double t2 = (t1 - (0.5 * sum));
-            scores[k] = t2;
+            const double sub_add_alphas = (add_alphas - (0.5 * sum));
+            scores[k] = sub_add_alphas;
         }
         // gmm.py:90: slse = slse + torch.logsumexp(scores, dim=0)
         double scores_max = ks::lowest<double>();
@@ -2052,16 +2133,17 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
             const double scores_i = scores[j];
             scores_max = ks::running_max(scores_max, scores_i);
         }
-        const double t1 = ((ks::abs(scores_max) == __builtin_huge_val()) ? 0.0 : scores_max);
-        double acc = 0;
-        KS_OMP_SIMD(reduction(+:acc))
+        const double select_scores_max = ((ks::abs(scores_max) == __builtin_huge_val()) ? 0.0 : scores_max);
+        // gmm.py:90 (continued)
+        double exp_sub_scores_sum1 = 0;
+        KS_OMP_SIMD(reduction(+:exp_sub_scores_sum1))
         for (int64_t j = 0; j < K; ++j) {
             const double scores_i = scores[j];
-            const double t2 = ks::exp((scores_i - t1));
-            r3[i * K + j] = t2;
-            acc += t2;
+            const double exp_sub_scores_i = ks::exp((scores_i - select_scores_max));
+            exp_sub_scores[i * K + j] = exp_sub_scores_i;
+            exp_sub_scores_sum1 += exp_sub_scores_i;
         }
-        r4[i] = acc;
+        exp_sub_scores_sum[i] = exp_sub_scores_sum1;
     }
     // gmm.py:92: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double alphas_max = ks::lowest<double>();
@@ -2069,128 +2151,139 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
         const double alphas_i = alphas[i];
         alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
-    double acc = 0;
-    KS_OMP_SIMD(reduction(+:acc))
+    const double select_alphas_max = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
+    // gmm.py:92 (continued)
+    double exp_sub_alphas_sum = 0;
+    KS_OMP_SIMD(reduction(+:exp_sub_alphas_sum))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double t2 = ks::exp((alphas_i - t1));
-        tmp[i] = t2;
-        acc += t2;
+        const double exp_sub_alphas_i = ks::exp((alphas_i - select_alphas_max));
+        exp_sub_alphas[i] = exp_sub_alphas_i;
+        exp_sub_alphas_sum += exp_sub_alphas_i;
     }
-    const double t2 = (0.5 * ks::ipow<2>(wishart_gamma));
-    const double t3 = ((-1.0) * wishart_m);
+    const double t1 = (0.5 * ks::ipow<2>(wishart_gamma));
+    const double mul_wishart_m = ((-1.0) * wishart_m);
     // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
             const double icf_i = icf[i * T + j];
-            const double t4 = ks::exp(icf_i);
-            const double t5 = (t3 + ks::mulz((t2 * (2.0 * t4)), t4));
-            tmp1[i * d + j] = t5;
+            const double exp_icf_i = ks::exp(icf_i);
+            const double t2 = (mul_wishart_m + ks::mulz((t1 * (2.0 * exp_icf_i)), exp_icf_i));
+            tmp[i * d + j] = t2;
         }
     }
+    // gmm.py:32 (continued)
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < (T - d); ++j) {
             const double icf_i = icf[d + i * T + j];
-            const double t4 = (t2 * (2.0 * icf_i));
-            tmp2[i * ((T - d)) + j] = t4;
+            const double t2 = (t1 * (2.0 * icf_i));
+            tmp1[i * ((T - d)) + j] = t2;
         }
     }
     // gmm.py:93: + log_wishart_prior(icf[:, :d], icf[:, d:], wishart_gamma, wishart_m, d, K))
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
-            d_icf[i * T + j] = tmp1[i * d + j];
+            d_icf[i * T + j] = tmp[i * d + j];
         }
     }
+    // gmm.py:93 (continued)
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < (T - d); ++j) {
-            d_icf[d + i * T + j] = tmp2[i * ((T - d)) + j];
+            d_icf[d + i * T + j] = tmp1[i * ((T - d)) + j];
         }
     }
-    const double t4 = ks::mulz(((-1.0) * static_cast<double>(n)), (1.0 / acc));
+    const double t2 = ks::mulz(((-1.0) * static_cast<double>(n)), (1.0 / exp_sub_alphas_sum));
     // gmm.py:92: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     for (int64_t i = 0; i < K; ++i) {
-        const double tmp_i = tmp[i];
-        const double d_alphas_i = ks::mulz(t4, tmp_i);
+        const double exp_sub_alphas_i = exp_sub_alphas[i];
+        const double d_alphas_i = ks::mulz(t2, exp_sub_alphas_i);
         d_alphas[i] = d_alphas_i;
     }
     // gmm.py:83: for i in range(n):
-    double r5;
+    double d_slse;
     for (int64_t i = 0; i < K * d; ++i) {
         out_d_means[i] = 0.0;
     }
-    r5 = 1.0;
+    d_slse = 1.0;
+    // gmm.py:83 (continued)
     for (int64_t i = n - 1; i >= 0; --i) {
-        const double t5 = (1.0 / r4[i]);
-        const double t6 = ks::mulz(r5, t5);
+        const double t3 = (1.0 / exp_sub_scores_sum[i]);
+        const double mulz_d_slse = ks::mulz(d_slse, t3);
         // gmm.py:90: slse = slse + torch.logsumexp(scores, dim=0)
         double* const d_scores = scores;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = r3[i * K + j];
-            const double d_scores_i = ks::mulz(t6, x_i);
+            const double exp_sub_scores_i = exp_sub_scores[i * K + j];
+            const double d_scores_i = ks::mulz(mulz_d_slse, exp_sub_scores_i);
             d_scores[j] = d_scores_i;
         }
         // gmm.py:84: scores = torch.stack([
         for (int64_t k = K - 1; k >= 0; --k) {
-            const double t7 = (d_scores[k] * (-1.0));
-            const double d_sum = (t7 * 0.5);
+            const double t4 = (d_scores[k] * (-1.0));
+            const double d_sum = (t4 * 0.5);
             // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
-            double r8;
+            double d_sum1;
             for (int64_t j = 0; j < T; ++j) {
-                r6[j] = 0.0;
+                r1[j] = 0.0;
             }
+            // gmm.py:85 (continued)
             for (int64_t j = 0; j < d; ++j) {
-                r7[j] = 0.0;
+                r2[j] = 0.0;
             }
-            r8 = d_sum;
+            d_sum1 = d_sum;
+            // gmm.py:85 (continued)
             for (int64_t r = d - 1; r >= 0; --r) {
-                const double t8 = (x[i * d + r] - means[k * d + r]);
-                const int64_t t9 = ks::max(r, int64_t{0});
-                const double t10 = (2.0 * r2[i * (K * d) + k * d + r]);
-                const double d_sum1 = (r8 * t10);
+                const double x_sub_means = (x[i * d + r] - means[k * d + r]);
+                const int64_t max_r = ks::max(r, int64_t{0});
+                const double t5 = (2.0 * add_sum[i * (K * d) + k * d + r]);
+                const double d_sum2 = (d_sum1 * t5);
                 // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
-                double r9;
-                r9 = d_sum1;
-                for (int64_t c = t9 - 1; c >= 0; --c) {
+                double d_sum3;
+                d_sum3 = d_sum2;
+                for (int64_t c = max_r - 1; c >= 0; --c) {
                     KS_SCALAR_LOOP();
-                    const int64_t t11 = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
-                    const double t12 = (x[i * d + c] - means[k * d + c]);
-                    const double t13 = (r9 * icf[k * T + ks::clamp_index_nonneg(t11, T)]);
-                    const double t14 = (r9 * t12);
-                    const double t15 = (t13 * (-1.0));
-                    r7[c] += t15;
-                    r6[ks::clamp_index_nonneg(t11, T)] += t14;
+                    const int64_t t6 = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
+                    const double x_sub_means1 = (x[i * d + c] - means[k * d + c]);
+                    const double d_sum_mul_icf = (d_sum3 * icf[k * T + ks::clamp_index_nonneg(t6, T)]);
+                    const double mul_d_sum = (d_sum3 * x_sub_means1);
+                    const double mul_d_sum_mul_icf = (d_sum_mul_icf * (-1.0));
+                    r2[c] += mul_d_sum_mul_icf;
+                    r1[ks::clamp_index_nonneg(t6, T)] += mul_d_sum;
                 }
-                const double t11 = (d_sum1 * r1[k * d + r]);
-                const double t12 = (t11 * (-1.0));
-                r7[r] += t12;
-                const double t13 = ks::mulz((d_sum1 * t8), r1[k * d + r]);
-                r6[r] += t13;
+                const double mul_d_sum = (d_sum2 * exp_icf[k * d + r]);
+                const double t6 = (mul_d_sum * (-1.0));
+                r2[r] += t6;
+                const double mulz_mul_d_sum = ks::mulz((d_sum2 * x_sub_means), exp_icf[k * d + r]);
+                r1[r] += mulz_mul_d_sum;
             }
             // gmm.py:86: (torch.exp(icf[k, r]) * (x[i, r] - means[k, r])
             for (int64_t j = 0; j < d; ++j) {
-                out_d_means[k * d + j] += r7[j];
+                out_d_means[k * d + j] += r2[j];
             }
+            // gmm.py:86 (continued)
             for (int64_t j = 0; j < T; ++j) {
-                d_icf[k * T + j] += r6[j];
+                d_icf[k * T + j] += r1[j];
             }
             // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
-            double* const padded = r6;  // reuses a dead buffer's space
+            double* const padded = r1;  // reuses a dead buffer's space
             for (int64_t j = 0; j < (T - d); ++j) {
                 padded[d + j] = 0.0;
             }
+            // gmm.py:85 (continued)
             for (int64_t j = 0; j < d; ++j) {
                 padded[j] = d_scores[k];
             }
+            // gmm.py:85 (continued)
             for (int64_t j = 0; j < T; ++j) {
                 d_icf[k * T + j] += padded[j];
             }
             d_alphas[k] += d_scores[k];
         }
     }
+    // the result out_d_alphas
     for (int64_t i = 0; i < K; ++i) {
         out_d_alphas[i] = d_alphas[i];
     }
+    // the result out_d_icf
     for (int64_t i = 0; i < K * T; ++i) {
         out_d_icf[i] = d_icf[i];
     }
@@ -2209,7 +2302,7 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
     if ((T - d) < 0 || (d - 1) < 0) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_tri_vec_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    double* const tmp = reinterpret_cast<double*>(next_slot);
+    double* const qs_sum = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
@@ -2220,18 +2313,19 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
     (void)next_slot;
     // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
-        double qs_sum = 0;
-        KS_OMP_SIMD(reduction(+:qs_sum))
+        double qs_sum_i = 0;
+        KS_OMP_SIMD(reduction(+:qs_sum_i))
         for (int64_t j = 0; j < d; ++j) {
             const double qs_i = icf[i * T + j];
-            qs_sum += qs_i;
+            qs_sum_i += qs_i;
         }
-        tmp[i] = qs_sum;
+        qs_sum[i] = qs_sum_i;
     }
+    // gmm.py:103 (continued)
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double tmp_i = tmp[i];
-        const double base_i = (alphas_i + tmp_i);
+        const double qs_sum_i = qs_sum[i];
+        const double base_i = (alphas_i + qs_sum_i);
         base[i] = base_i;
     }
     // gmm.py:105: for i in range(n):
@@ -2248,21 +2342,23 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
             }
         }
         // gmm.py:108: for r in range(d):
-        double* const sqnorm = tmp;  // reuses a dead buffer's space
+        double* const sqnorm = qs_sum;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
             sqnorm[j] = 0.0;
         }
+        // gmm.py:108 (continued)
         for (int64_t r = 0; r < d; ++r) {
-            const int64_t t1 = ks::max(r, int64_t{0});
+            const int64_t max_r = ks::max(r, int64_t{0});
             // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
             for (int64_t j = 0; j < K; ++j) {
                 sum[j] = 0.0;
             }
-            for (int64_t c = 0; c < t1; ++c) {
-                const int64_t t2 = (((ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1});
+            // gmm.py:109 (continued)
+            for (int64_t c = 0; c < max_r; ++c) {
+                const int64_t t1 = (((ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1});
                 // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 for (int64_t j = 0; j < K; ++j) {
-                    const double icf_i = icf[d + ks::clamp_index_nonneg(t2, (T - d)) + j * T];
+                    const double icf_i = icf[d + ks::clamp_index_nonneg(t1, (T - d)) + j * T];
                     const double xc_i = xc[c + j * d];
                     const double sum_i = sum[j];
                     const double sum_i1 = (sum_i + (icf_i * xc_i));
@@ -2281,23 +2377,24 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
             }
         }
         // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
-        double* const tmp1 = sum;  // reuses a dead buffer's space
-        double acc = ks::lowest<double>();
+        double* const sub_base = sum;  // reuses a dead buffer's space
+        double sub_base_max = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
             const double sqnorm_i = sqnorm[j];
             const double base_i = base[j];
-            const double t1 = (base_i - (0.5 * sqnorm_i));
-            tmp1[j] = t1;
-            acc = ks::running_max(acc, t1);
+            const double sub_base_i = (base_i - (0.5 * sqnorm_i));
+            sub_base[j] = sub_base_i;
+            sub_base_max = ks::running_max(sub_base_max, sub_base_i);
         }
-        const double t1 = ((ks::abs(acc) == __builtin_huge_val()) ? 0.0 : acc);
-        double acc1 = 0;
-        KS_OMP_SIMD(reduction(+:acc1))
+        const double select_sub_base_max = ((ks::abs(sub_base_max) == __builtin_huge_val()) ? 0.0 : sub_base_max);
+        // gmm.py:112 (continued)
+        double acc = 0;
+        KS_OMP_SIMD(reduction(+:acc))
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = tmp1[j];
-            acc1 += ks::exp((x_i - t1));
+            const double sub_base_i = sub_base[j];
+            acc += ks::exp((sub_base_i - select_sub_base_max));
         }
-        slse = (slse + (ks::log(acc1) + t1));
+        slse = (slse + (ks::log(acc) + select_sub_base_max));
     }
     const double constant = ((static_cast<double>(((-n) * d)) * 0.5) * 1.8378770664093453);
     // gmm.py:115: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
@@ -2306,55 +2403,57 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
         const double alphas_i = alphas[i];
         alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
-    double acc = 0;
-    KS_OMP_SIMD(reduction(+:acc))
+    const double select_alphas_max = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
+    // gmm.py:115 (continued)
+    double exp_sub_alphas_sum = 0;
+    KS_OMP_SIMD(reduction(+:exp_sub_alphas_sum))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        acc += ks::exp((alphas_i - t1));
+        exp_sub_alphas_sum += ks::exp((alphas_i - select_alphas_max));
     }
-    const double t2 = ((constant + slse) - (static_cast<double>(n) * (ks::log(acc) + t1)));
+    const double t1 = (static_cast<double>(n) * (ks::log(exp_sub_alphas_sum) + select_alphas_max));
     // gmm.py:116: + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
     double log_wishart_prior;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t3 = static_cast<double>(d);
-        const double n_w = ((t3 + wishart_m) + 1.0);
-        const double t4 = ((n_w * t3) * (ks::log(wishart_gamma) - 0.34657359027997264));
-        const double t5 = (0.5 * n_w);
+        const double t2 = static_cast<double>(d);
+        const double n_w = ((t2 + wishart_m) + 1.0);
+        const double t3 = ((n_w * t2) * (ks::log(wishart_gamma) - 0.34657359027997264));
+        const double mul_n_w = (0.5 * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        const double C = (t4 - detail::log_gamma_d(d, t5));
+        const double C = (t3 - detail::log_gamma_d(d, mul_n_w));
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
-        double acc1 = 0;
+        double ipow_exp_qs_sum = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc1))
+            KS_OMP_SIMD(reduction(+:ipow_exp_qs_sum))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
-                acc1 += ks::ipow<2>(ks::exp(qs_i));
+                ipow_exp_qs_sum += ks::ipow<2>(ks::exp(qs_i));
             }
         }
-        double acc2 = 0;
+        // gmm.py:32 (continued)
+        double ipow_ls_sum = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:acc2))
+            KS_OMP_SIMD(reduction(+:ipow_ls_sum))
             for (int64_t j = 0; j < (T - d); ++j) {
                 const double ls_i = icf[d + i * T + j];
-                acc2 += ks::ipow<2>(ls_i);
+                ipow_ls_sum += ks::ipow<2>(ls_i);
             }
         }
-        const double frobenius = (acc1 + acc2);
+        const double frobenius = (ipow_exp_qs_sum + ipow_ls_sum);
         // gmm.py:33: return 0.5 * wishart_gamma ** 2 * frobenius - wishart_m * torch.sum(qs) - K * C
-        double qs_sum = 0;
+        double qs_sum1 = 0;
         for (int64_t i = 0; i < K; ++i) {
-            KS_OMP_SIMD(reduction(+:qs_sum))
+            KS_OMP_SIMD(reduction(+:qs_sum1))
             for (int64_t j = 0; j < d; ++j) {
                 const double qs_i = icf[i * T + j];
-                qs_sum += qs_i;
+                qs_sum1 += qs_i;
             }
         }
-        const double t6 = (((0.5 * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum));
-        log_wishart_prior = (t6 - (static_cast<double>(K) * C));
+        const double sub_mul_frobenius = (((0.5 * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum1));
+        log_wishart_prior = (sub_mul_frobenius - (static_cast<double>(K) * C));
     }
-    const double t3 = (t2 + log_wishart_prior);
-    *out = t3;
+    const double t2 = (((constant + slse) - t1) + log_wishart_prior);
+    *out = t2;
     return ks::status::ok;
 }
 
@@ -2372,19 +2471,19 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     if ((T - d) < 0) return ks::status::err_shape;
     if (workspace == nullptr && gmm_gmm_tri_vec_grad_workspace_size(K, d, T, n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    double* const tmp = reinterpret_cast<double*>(next_slot);
+    double* const qs_sum = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     double* const xc = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const r1 = reinterpret_cast<double*>(next_slot);
+    double* const exp_qs = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * d * K);
     double* const row = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * d * K);
-    double* const r2 = reinterpret_cast<double*>(next_slot);
+    double* const r1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const r3 = reinterpret_cast<double*>(next_slot);
+    double* const r2 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
     double* const sum = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
@@ -2394,32 +2493,33 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const d_sqnorm = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r6 = reinterpret_cast<double*>(next_slot);
+    double* const index_add_mul_d_row = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const d_row = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r7 = reinterpret_cast<double*>(next_slot);
+    double* const d_sum1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const tmp4 = reinterpret_cast<double*>(next_slot);
+    double* const d_sum_mul_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
     (void)next_slot;
-    double* const tmp2 = tmp;  // reuses a dead buffer's space
+    double* const exp_sub_alphas = qs_sum;  // reuses a dead buffer's space
     double* const d_alphas = base;  // reuses a dead buffer's space
-    double* const r4 = tmp;  // reuses a dead buffer's space
+    double* const r3 = qs_sum;  // reuses a dead buffer's space
     // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
-        double qs_sum = 0;
-        KS_OMP_SIMD(reduction(+:qs_sum))
+        double qs_sum_i = 0;
+        KS_OMP_SIMD(reduction(+:qs_sum_i))
         for (int64_t j = 0; j < d; ++j) {
             const double qs_i = icf[i * T + j];
-            qs_sum += qs_i;
+            qs_sum_i += qs_i;
         }
-        tmp[i] = qs_sum;
+        qs_sum[i] = qs_sum_i;
     }
+    // gmm.py:103 (continued)
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double tmp_i = tmp[i];
-        const double base_i = (alphas_i + tmp_i);
+        const double qs_sum_i = qs_sum[i];
+        const double base_i = (alphas_i + qs_sum_i);
         base[i] = base_i;
     }
     // gmm.py:105: for i in range(n):
@@ -2434,21 +2534,23 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
             }
         }
         // gmm.py:108: for r in range(d):
-        double* const sqnorm = tmp;  // reuses a dead buffer's space
+        double* const sqnorm = qs_sum;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
             sqnorm[j] = 0.0;
         }
+        // gmm.py:108 (continued)
         for (int64_t r = 0; r < d; ++r) {
-            const int64_t t1 = ks::max(r, int64_t{0});
+            const int64_t max_r = ks::max(r, int64_t{0});
             // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
             for (int64_t j = 0; j < K; ++j) {
                 sum[j] = 0.0;
             }
-            for (int64_t c = 0; c < t1; ++c) {
-                const int64_t t2 = (((ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1});
+            // gmm.py:109 (continued)
+            for (int64_t c = 0; c < max_r; ++c) {
+                const int64_t t1 = (((ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1});
                 // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 for (int64_t j = 0; j < K; ++j) {
-                    const double icf_i = icf[d + ks::clamp_index_nonneg(t2, (T - d)) + j * T];
+                    const double icf_i = icf[d + ks::clamp_index_nonneg(t1, (T - d)) + j * T];
                     const double xc_i = xc[i * (K * d) + c + j * d];
                     const double sum_i = sum[j];
                     const double sum_i1 = (sum_i + (icf_i * xc_i));
@@ -2458,11 +2560,11 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
             // gmm.py:109, 111
             for (int64_t j = 0; j < K; ++j) {
                 const double icf_i = icf[r + j * T];
-                const double t2 = ks::exp(icf_i);
-                r1[i * (d * K) + r * K + j] = t2;
+                const double exp_qs_i = ks::exp(icf_i);
+                exp_qs[i * (d * K) + r * K + j] = exp_qs_i;
                 const double xc_i = xc[i * (K * d) + r + j * d];
                 const double sum_i = sum[j];
-                const double row_i = ((t2 * xc_i) + sum_i);
+                const double row_i = ((exp_qs_i * xc_i) + sum_i);
                 row[i * (d * K) + r * K + j] = row_i;
                 const double sqnorm_i = sqnorm[j];
                 const double sqnorm_i1 = (sqnorm_i + (row_i * row_i));
@@ -2470,25 +2572,26 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
             }
         }
         // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
-        double* const tmp1 = sum;  // reuses a dead buffer's space
-        double acc = ks::lowest<double>();
+        double* const sub_base = sum;  // reuses a dead buffer's space
+        double sub_base_max = ks::lowest<double>();
         for (int64_t j = 0; j < K; ++j) {
             const double sqnorm_i = sqnorm[j];
             const double base_i = base[j];
-            const double t1 = (base_i - (0.5 * sqnorm_i));
-            tmp1[j] = t1;
-            acc = ks::running_max(acc, t1);
+            const double sub_base_i = (base_i - (0.5 * sqnorm_i));
+            sub_base[j] = sub_base_i;
+            sub_base_max = ks::running_max(sub_base_max, sub_base_i);
         }
-        const double t1 = ((ks::abs(acc) == __builtin_huge_val()) ? 0.0 : acc);
-        double acc1 = 0;
-        KS_OMP_SIMD(reduction(+:acc1))
+        const double select_sub_base_max = ((ks::abs(sub_base_max) == __builtin_huge_val()) ? 0.0 : sub_base_max);
+        // gmm.py:112 (continued)
+        double acc = 0;
+        KS_OMP_SIMD(reduction(+:acc))
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = tmp1[j];
-            const double t2 = ks::exp((x_i - t1));
-            r2[i * K + j] = t2;
-            acc1 += t2;
+            const double sub_base_i = sub_base[j];
+            const double t1 = ks::exp((sub_base_i - select_sub_base_max));
+            r1[i * K + j] = t1;
+            acc += t1;
         }
-        r3[i] = acc1;
+        r2[i] = acc;
     }
     // gmm.py:115: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double alphas_max = ks::lowest<double>();
@@ -2496,66 +2599,72 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
         const double alphas_i = alphas[i];
         alphas_max = ks::running_max(alphas_max, alphas_i);
     }
-    const double t1 = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
-    double acc = 0;
-    KS_OMP_SIMD(reduction(+:acc))
+    const double select_alphas_max = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
+    // gmm.py:115 (continued)
+    double exp_sub_alphas_sum = 0;
+    KS_OMP_SIMD(reduction(+:exp_sub_alphas_sum))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
-        const double t2 = ks::exp((alphas_i - t1));
-        tmp2[i] = t2;
-        acc += t2;
+        const double exp_sub_alphas_i = ks::exp((alphas_i - select_alphas_max));
+        exp_sub_alphas[i] = exp_sub_alphas_i;
+        exp_sub_alphas_sum += exp_sub_alphas_i;
     }
-    const double t2 = (0.5 * ks::ipow<2>(wishart_gamma));
-    const double t3 = ((-1.0) * wishart_m);
-    const double t4 = ks::mulz(((-1.0) * static_cast<double>(n)), (1.0 / acc));
+    const double t1 = (0.5 * ks::ipow<2>(wishart_gamma));
+    const double mul_wishart_m = ((-1.0) * wishart_m);
+    const double t2 = ks::mulz(((-1.0) * static_cast<double>(n)), (1.0 / exp_sub_alphas_sum));
+    // gmm.py:115 (continued)
     for (int64_t i = 0; i < K; ++i) {
-        const double x_i = tmp2[i];
-        const double d_alphas_i = ks::mulz(t4, x_i);
+        const double exp_sub_alphas_i = exp_sub_alphas[i];
+        const double d_alphas_i = ks::mulz(t2, exp_sub_alphas_i);
         d_alphas[i] = d_alphas_i;
     }
     // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
             const double qs_i = icf[i * T + j];
-            const double t5 = ks::exp(qs_i);
-            const double d_qs_i = (t3 + ks::mulz((t2 * (2.0 * t5)), t5));
+            const double exp_qs_i = ks::exp(qs_i);
+            const double d_qs_i = (mul_wishart_m + ks::mulz((t1 * (2.0 * exp_qs_i)), exp_qs_i));
             d_qs[i * d + j] = d_qs_i;
         }
     }
+    // gmm.py:32 (continued)
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < (T - d); ++j) {
             const double ls_i = icf[d + i * T + j];
-            const double d_ls_i = (t2 * (2.0 * ls_i));
+            const double d_ls_i = (t1 * (2.0 * ls_i));
             d_ls[i * ((T - d)) + j] = d_ls_i;
         }
     }
     // gmm.py:105: for i in range(n):
-    double r5;
+    double d_slse;
     for (int64_t i = 0; i < K * d; ++i) {
         out_d_means[i] = 0.0;
     }
+    // gmm.py:105 (continued)
     for (int64_t i = 0; i < K; ++i) {
-        r4[i] = 0.0;
+        r3[i] = 0.0;
     }
-    r5 = 1.0;
+    d_slse = 1.0;
+    // gmm.py:105 (continued)
     for (int64_t i = n - 1; i >= 0; --i) {
-        const double t5 = (1.0 / r3[i]);
-        const double t6 = ks::mulz(r5, t5);
+        const double t3 = (1.0 / r2[i]);
+        const double mulz_d_slse = ks::mulz(d_slse, t3);
         // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
-        double* const tmp3 = sum;  // reuses a dead buffer's space
+        double* const tmp = sum;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = r2[i * K + j];
-            const double t7 = ks::mulz(t6, x_i);
-            tmp3[j] = t7;
-            const double d_sqnorm_i = ((t7 * (-1.0)) * 0.5);
+            const double x_i = r1[i * K + j];
+            const double t4 = ks::mulz(mulz_d_slse, x_i);
+            tmp[j] = t4;
+            const double d_sqnorm_i = ((t4 * (-1.0)) * 0.5);
             d_sqnorm[j] = d_sqnorm_i;
         }
         // gmm.py:108: for r in range(d):
         for (int64_t j = 0; j < K * d; ++j) {
-            r6[j] = 0.0;
+            index_add_mul_d_row[j] = 0.0;
         }
+        // gmm.py:108 (continued)
         for (int64_t r = d - 1; r >= 0; --r) {
-            const int64_t t7 = ks::max(r, int64_t{0});
+            const int64_t max_r = ks::max(r, int64_t{0});
             // gmm.py:111: sqnorm = sqnorm + row * row
             for (int64_t j = 0; j < K; ++j) {
                 const double d_sqnorm_i = d_sqnorm[j];
@@ -2566,72 +2675,80 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
             }
             // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
             for (int64_t j = 0; j < K; ++j) {
-                r7[j] = d_row[j];
+                d_sum1[j] = d_row[j];
             }
-            for (int64_t c = t7 - 1; c >= 0; --c) {
-                const int64_t t8 = (((ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1});
+            // gmm.py:109 (continued)
+            for (int64_t c = max_r - 1; c >= 0; --c) {
+                const int64_t t4 = (((ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1});
                 // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 for (int64_t j = 0; j < K; ++j) {
-                    const double x_i = r7[j];
-                    const double icf_i = icf[d + ks::clamp_index_nonneg(t8, (T - d)) + j * T];
-                    const double t9 = (x_i * icf_i);
-                    tmp4[j] = t9;
+                    const double d_sum_i = d_sum1[j];
+                    const double icf_i = icf[d + ks::clamp_index_nonneg(t4, (T - d)) + j * T];
+                    const double d_sum_mul_ls_i = (d_sum_i * icf_i);
+                    d_sum_mul_ls[j] = d_sum_mul_ls_i;
                 }
+                // gmm.py:109 (continued)
                 for (int64_t j = 0; j < K; ++j) {
-                    r6[c + j * d] += tmp4[j];
+                    index_add_mul_d_row[c + j * d] += d_sum_mul_ls[j];
                 }
-                double* const tmp5 = tmp4;  // reuses a dead buffer's space
+                // gmm.py:109 (continued)
+                double* const d_sum_mul_xc = d_sum_mul_ls;  // reuses a dead buffer's space
                 for (int64_t j = 0; j < K; ++j) {
-                    const double x_i = r7[j];
+                    const double d_sum_i = d_sum1[j];
                     const double xc_i = xc[i * (K * d) + c + j * d];
-                    const double t9 = (x_i * xc_i);
-                    tmp5[j] = t9;
+                    const double d_sum_mul_xc_i = (d_sum_i * xc_i);
+                    d_sum_mul_xc[j] = d_sum_mul_xc_i;
                 }
+                // gmm.py:109 (continued)
                 for (int64_t j = 0; j < K; ++j) {
-                    d_ls[ks::clamp_index_nonneg(t8, (T - d)) + j * ((T - d))] += tmp5[j];
+                    d_ls[ks::clamp_index_nonneg(t4, (T - d)) + j * ((T - d))] += d_sum_mul_xc[j];
                 }
             }
-            double* const tmp5 = r7;  // reuses a dead buffer's space
+            // gmm.py:109 (continued)
+            double* const mul_d_row = d_sum1;  // reuses a dead buffer's space
             for (int64_t j = 0; j < K; ++j) {
                 const double d_row_i = d_row[j];
-                const double x_i = r1[i * (d * K) + r * K + j];
-                const double t8 = (d_row_i * x_i);
-                tmp5[j] = t8;
+                const double exp_qs_i = exp_qs[i * (d * K) + r * K + j];
+                const double mul_d_row_i = (d_row_i * exp_qs_i);
+                mul_d_row[j] = mul_d_row_i;
             }
+            // gmm.py:109 (continued)
             for (int64_t j = 0; j < K; ++j) {
-                r6[r + j * d] += tmp5[j];
+                index_add_mul_d_row[r + j * d] += mul_d_row[j];
             }
+            // gmm.py:109 (continued)
             for (int64_t j = 0; j < K; ++j) {
                 const double d_row_i = d_row[j];
                 const double xc_i = xc[i * (K * d) + r + j * d];
-                const double x_i = r1[i * (d * K) + r * K + j];
-                const double t8 = ks::mulz((d_row_i * xc_i), x_i);
-                d_row[j] = t8;
+                const double exp_qs_i = exp_qs[i * (d * K) + r * K + j];
+                const double mulz_d_row_mul_xc_i = ks::mulz((d_row_i * xc_i), exp_qs_i);
+                d_row[j] = mulz_d_row_mul_xc_i;
             }
+            // gmm.py:109 (continued)
             for (int64_t j = 0; j < K; ++j) {
                 d_qs[r + j * d] += d_row[j];
             }
         }
         // gmm.py:106: xc = x[i] - means # [K, d]
         for (int64_t j = 0; j < (K*d); ++j) {
-            const double x_i = r6[j];
-            const double out_d_means_i = out_d_means[j];
-            const double t7 = (out_d_means_i + (x_i * (-1.0)));
-            out_d_means[j] = t7;
+            const double index_add_mul_d_row_i = index_add_mul_d_row[j];
+            const double d_means_i = out_d_means[j];
+            const double d_means_i1 = (d_means_i + (index_add_mul_d_row_i * (-1.0)));
+            out_d_means[j] = d_means_i1;
         }
         // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = r4[j];
-            const double x_i1 = tmp3[j];
-            const double t7 = (x_i + x_i1);
-            r4[j] = t7;
+            const double x_i = r3[j];
+            const double tmp_i = tmp[j];
+            const double t4 = (x_i + tmp_i);
+            r3[j] = t4;
         }
     }
     // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
             const double d_qs_i = d_qs[i * d + j];
-            const double x_i = r4[i];
+            const double x_i = r3[i];
             const double d_qs_i1 = (d_qs_i + x_i);
             d_qs[i * d + j] = d_qs_i1;
         }
@@ -2642,6 +2759,7 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
             out_d_icf[i * T + j] = d_qs[i * d + j];
         }
     }
+    // gmm.py:101 (continued)
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < (T - d); ++j) {
             out_d_icf[d + i * T + j] = d_ls[i * ((T - d)) + j];
@@ -2650,7 +2768,7 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
         const double d_alphas_i = d_alphas[i];
-        const double x_i = r4[i];
+        const double x_i = r3[i];
         const double d_alphas_i1 = (d_alphas_i + x_i);
         out_d_alphas[i] = d_alphas_i1;
     }

@@ -82,6 +82,7 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
         const float t1 = (x_i1 / std::sqrt((x_i + 9.999999747378752e-06f)));
         tmp[i] = t1;
     }
+    // export.py: node _native_batch_norm_legit_no_training (aten._native_batch_norm_legit_no_training.default) (continued)
     for (int64_t i = 0; i < 128; ++i) {
         const float x_i = ks_data_8[i];
         const float tmp_i = tmp[i];
@@ -118,6 +119,7 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
         const float t1 = (x_i1 / std::sqrt((x_i + 9.999999747378752e-06f)));
         tmp2[i] = t1;
     }
+    // export.py: node _native_batch_norm_legit_no_training_1 (aten._native_batch_norm_legit_no_training.default) (continued)
     for (int64_t i = 0; i < 64; ++i) {
         const float x_i = ks_data_10[i];
         const float x_i1 = tmp2[i];
@@ -151,34 +153,36 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
     ks::packed_gemm<float>(batch, 10, 64, {prod2, 64, 1}, {ks_data_15, 64}, {prod3, 10, 1}, false);
     // export.py: nodes addmm_3 (aten.addmm.default), _log_softmax (aten._log_softmax.default)
     for (int64_t i = 0; i < batch; ++i) {
-        float acc = ks::lowest<float>();
+        float acc_i = ks::lowest<float>();
         for (int64_t j = 0; j < 10; ++j) {
             const float x_i = ks_data_7[j];
             const float x_i1 = prod3[i * 10 + j];
             const float t1 = (x_i + x_i1);
             tmp4[i * 10 + j] = t1;
-            acc = ks::running_max(acc, t1);
+            acc_i = ks::running_max(acc_i, t1);
         }
-        tmp5[i] = acc;
+        tmp5[i] = acc_i;
     }
     // export.py: node _log_softmax (aten._log_softmax.default)
     for (int64_t i = 0; i < batch; ++i) {
-        float acc = 0;
-        KS_OMP_SIMD(reduction(+:acc))
+        float acc_i = 0;
+        KS_OMP_SIMD(reduction(+:acc_i))
         for (int64_t j = 0; j < 10; ++j) {
             const float x_i = tmp4[i * 10 + j];
             const float x_i1 = tmp5[i];
             const float t1 = (x_i - x_i1);
             tmp6[i * 10 + j] = t1;
-            acc += ks::exp(t1);
+            acc_i += ks::exp(t1);
         }
-        tmp7[i] = acc;
+        tmp7[i] = acc_i;
     }
+    // export.py: node _log_softmax (aten._log_softmax.default) (continued)
     for (int64_t i = 0; i < batch; ++i) {
         const float x_i = tmp7[i];
         const float t1 = ks::log(x_i);
         tmp7[i] = t1;
     }
+    // export.py: node _log_softmax (aten._log_softmax.default) (continued)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 10; ++j) {
             const float x_i = tmp6[i * 10 + j];

@@ -36,9 +36,9 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
     float* const scratch_float = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
     float* const MaxPool = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 17024);
     float* const scratch_float1 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
-    float* const conv = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 8000);
+    float* const convolve_MaxPool = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 8000);
     float* const scratch_float2 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
-    float* const tmp = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
+    float* const Relu_1_sum = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
     unsigned char* next_slot = static_cast<unsigned char*>(workspace) + 19072;
     float* const GlobalAveragePool = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 16);
@@ -60,25 +60,25 @@ int onnx_cnn_cnn(int64_t batch, const float* image, float* out, void* workspace)
         static_assert((ks::conv_scratch<float>(ks::conv_shape{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}}, false, 1)) * sizeof(float) <= 8000, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
         static constexpr ks::conv_shape geometry{8, 16, 1, {1, 8, 8}, {1, 3, 3}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1}, {0, 0, 0}};
         static constexpr ks::convs::conv_plan plan = ks::convs::plan_of<float>(geometry, 1);
-        ks::conv_as<float, ks::convs::method_of<float>(geometry, 1)>(plan, geometry, 1, MaxPool, ks_data_2, conv, scratch_float2);
+        ks::conv_as<float, ks::convs::method_of<float>(geometry, 1)>(plan, geometry, 1, MaxPool, ks_data_2, convolve_MaxPool, scratch_float2);
         // ONNX nodes /conv2/Conv (Conv), /Relu_1 (Relu), /GlobalAveragePool (GlobalAveragePool)
         for (int64_t i = 0; i < 16; ++i) {
-            float Relu_1_sum = 0;
-            KS_OMP_SIMD(reduction(+:Relu_1_sum))
+            float Relu_1_sum_i = 0;
+            KS_OMP_SIMD(reduction(+:Relu_1_sum_i))
             for (int64_t j = 0; j < 9; ++j) {
-                const float conv_i = conv[i * 9 + j];
+                const float convolve_MaxPool_i = convolve_MaxPool[i * 9 + j];
                 const float x_i = ks_data_3[i];
-                const float conv2_Conv_i = (conv_i + x_i);
-                const bool t1 = (conv2_Conv_i <= 0.0f);
-                const float Relu_1_i = (t1 ? 0.0f : conv2_Conv_i);
-                Relu_1_sum += Relu_1_i;
+                const float conv2_Conv_i = (convolve_MaxPool_i + x_i);
+                const bool le_conv2_Conv_i = (conv2_Conv_i <= 0.0f);
+                const float Relu_1_i = (le_conv2_Conv_i ? 0.0f : conv2_Conv_i);
+                Relu_1_sum_i += Relu_1_i;
             }
-            tmp[i] = Relu_1_sum;
+            Relu_1_sum[i] = Relu_1_sum_i;
         }
         // ONNX node /GlobalAveragePool (GlobalAveragePool)
         for (int64_t i = 0; i < 16; ++i) {
-            const float tmp_i = tmp[i];
-            const float GlobalAveragePool_i = (tmp_i / 9.0f);
+            const float Relu_1_sum_i = Relu_1_sum[i];
+            const float GlobalAveragePool_i = (Relu_1_sum_i / 9.0f);
             GlobalAveragePool[row * 16 + i] = GlobalAveragePool_i;
         }
     }
@@ -99,12 +99,12 @@ size_t onnx_cnn_cnn_workspace_size(int64_t batch) {
 int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, float* out, void* workspace) {
     if (batch < 0) return ks::status::err_shape;
     if (workspace == nullptr && onnx_cnn_cnn_vjp_workspace_size(batch) != 0) return ks::status::err_null;
-    float* const conv = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 8832);
+    float* const convolve_image = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 8832);
     float* const scratch_float = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
     float* const Relu = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 32768);
     float* const MaxPool = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 40960);
     float* const scratch_float1 = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace));
-    float* const max = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 43008);
+    float* const Relu_max = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + 43008);
     int64_t* const tmp2 = reinterpret_cast<int64_t*>(static_cast<unsigned char*>(workspace));
     int64_t* const tmp3 = reinterpret_cast<int64_t*>(static_cast<unsigned char*>(workspace) + 16384);
     int64_t* const min = reinterpret_cast<int64_t*>(static_cast<unsigned char*>(workspace) + 32768);
@@ -158,6 +158,7 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
             }
         }
     }
+    // ONNX node /MaxPool (MaxPool) (continued)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 8; ++j) {
             for (int64_t k = 0; k < 8; ++k) {
@@ -177,16 +178,16 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
         static_assert((ks::conv_scratch<float>(ks::conv_shape{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}}, false, 1)) * sizeof(float) <= 8832, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
         static constexpr ks::conv_shape geometry{3, 8, 1, {1, 16, 16}, {1, 16, 16}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
         static constexpr ks::convs::conv_plan plan = ks::convs::plan_of<float>(geometry, 1);
-        ks::conv_as<float, ks::convs::method_of<float>(geometry, 1)>(plan, geometry, 1, (image + row * 768), ks_data_0, conv, scratch_float);
+        ks::conv_as<float, ks::convs::method_of<float>(geometry, 1)>(plan, geometry, 1, (image + row * 768), ks_data_0, convolve_image, scratch_float);
         // ONNX nodes /conv1/Conv (Conv), /Relu (Relu)
         for (int64_t i = 0; i < 8; ++i) {
             for (int64_t j = 0; j < 256; ++j) {
-                const float conv_i = conv[i * 256 + j];
+                const float convolve_image_i = convolve_image[i * 256 + j];
                 const float x_i = ks_data_1[i];
-                const float conv1_Conv_i = (conv_i + x_i);
-                const bool t1 = (conv1_Conv_i <= 0.0f);
-                stacked[row * 2048 + i * 256 + j] = t1;
-                const float Relu_i = (t1 ? 0.0f : conv1_Conv_i);
+                const float conv1_Conv_i = (convolve_image_i + x_i);
+                const bool le_conv1_Conv_i = (conv1_Conv_i <= 0.0f);
+                stacked[row * 2048 + i * 256 + j] = le_conv1_Conv_i;
+                const float Relu_i = (le_conv1_Conv_i ? 0.0f : conv1_Conv_i);
                 Relu[i * 256 + j] = Relu_i;
             }
         }
@@ -194,6 +195,7 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
         static_assert((ks::max_pool_scratch<float>(ks::pool_shape{16, 16, 8, 8, 2, 2, 2, 2, 1, 1, 0, 0})) * sizeof(float) <= 64, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
         static constexpr ks::pool_shape pooling{16, 16, 8, 8, 2, 2, 2, 2, 1, 1, 0, 0};
         ks::max_pool<float>(pooling, 8, Relu, MaxPool, scratch_float1);
+        // ONNX node /MaxPool (MaxPool) (continued)
         for (int64_t i = 0; i < 8; ++i) {
             for (int64_t j = 0; j < 8; ++j) {
                 KS_OMP_SIMD()
@@ -203,32 +205,34 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
                     acc = ks::running_max(acc, Relu[i * 256 + j * 32 + k * 2 + 1]);
                     acc = ks::running_max(acc, Relu[i * 256 + j * 32 + 16 + k * 2]);
                     acc = ks::running_max(acc, Relu[i * 256 + j * 32 + 16 + k * 2 + 1]);
-                    max[i * 64 + j * 8 + k] = acc;
+                    Relu_max[i * 64 + j * 8 + k] = acc;
                 }
             }
         }
+        // ONNX node /MaxPool (MaxPool) (continued)
         for (int64_t i = 0; i < 64; ++i) {
             for (int64_t j = 0; j < 2; ++j) {
                 for (int64_t k = 0; k < 8; ++k) {
                     for (int64_t l = 0; l < 2; ++l) {
                         const float Relu_i = Relu[i * 32 + j * 16 + k * 2 + l];
-                        const float max_i = max[i * 8 + k];
-                        const bool t1 = (Relu_i == max_i);
-                        const bool t2 = (Relu_i != Relu_i);
-                        const bool t3 = (max_i != max_i);
-                        const bool t4 = (t2 && t3);
-                        const bool t5 = (t1 || t4);
+                        const float Relu_max_i = Relu_max[i * 8 + k];
+                        const bool eq_Relu_i = (Relu_i == Relu_max_i);
+                        const bool Relu_ne_Relu_i = (Relu_i != Relu_i);
+                        const bool t1 = (Relu_max_i != Relu_max_i);
+                        const bool and_Relu_ne_Relu_i = (Relu_ne_Relu_i && t1);
+                        const bool or_eq_Relu_i = (eq_Relu_i || and_Relu_ne_Relu_i);
                         const int64_t tmp_i = tmp[row * 2048 + i * 32 + j * 16 + k * 2 + l];
-                        const int64_t t6 = (tmp_i * int64_t{2});
+                        const int64_t t2 = (tmp_i * int64_t{2});
                         const int64_t x_i = tmp1[row * 2048 + i * 32 + j * 16 + k * 2 + l];
-                        const int64_t t7 = (x_i + t6);
-                        tmp2[i * 32 + j * 16 + k * 2 + l] = t7;
-                        const int64_t t8 = (t5 ? t7 : int64_t{4611686018427387904});
-                        tmp3[i * 32 + j * 16 + k * 2 + l] = t8;
+                        const int64_t t3 = (x_i + t2);
+                        tmp2[i * 32 + j * 16 + k * 2 + l] = t3;
+                        const int64_t t4 = (or_eq_Relu_i ? t3 : int64_t{4611686018427387904});
+                        tmp3[i * 32 + j * 16 + k * 2 + l] = t4;
                     }
                 }
             }
         }
+        // ONNX node /MaxPool (MaxPool) (continued)
         for (int64_t i = 0; i < 8; ++i) {
             for (int64_t j = 0; j < 8; ++j) {
                 KS_OMP_SIMD()
@@ -268,9 +272,9 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
             const auto epilogue = [&](int64_t image1, int64_t channel, int64_t, float v) {
                 const float x_i = ks_data_3[channel];
                 const float conv2_Conv_i = (v + x_i);
-                const bool t1 = (conv2_Conv_i <= 0.0f);
+                const bool le_conv2_Conv_i = (conv2_Conv_i <= 0.0f);
                 const float d_Relu_1_i = tmp4[image1 * 16 + channel];
-                const float d_conv2_Conv_i = (t1 ? 0.0f : d_Relu_1_i);
+                const float d_conv2_Conv_i = (le_conv2_Conv_i ? 0.0f : d_Relu_1_i);
                 return d_conv2_Conv_i;
             };
             static constexpr ks::convs::conv_plan plan1 = ks::convs::plan_of<float>(geometry1, 1);
@@ -282,9 +286,11 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
         static_assert((ks::tiled_gemm_scratch<float>(72, 9, 16)) * sizeof(float) <= 4096, "the planned scratch (ksbuild/prims/scratch.py) holds the kernel's");
         ks::tiled_gemm<float>(72, 9, 16, {ks_data_2, 1, 72}, {(d_conv2_Conv + i * 144), 9, 1}, {(prod + i * 648), 9, 1}, false, scratch_float3);
     }
+    // ONNX node /conv2/Conv (Conv) (continued)
     for (int64_t i = 0; i < batch * 8 * 8 * 3 * 3; ++i) {
         folded[i] = 0.0f;
     }
+    // ONNX node /conv2/Conv (Conv) (continued) (continued)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 8; ++j) {
             for (int64_t k = 0; k < 3; ++k) {
@@ -298,9 +304,11 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
             }
         }
     }
+    // ONNX node /conv2/Conv (Conv)
     for (int64_t i = 0; i < batch * 8 * 8 * 8; ++i) {
         folded1[i] = 0.0f;
     }
+    // ONNX node /conv2/Conv (Conv) (continued)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 8; ++j) {
             for (int64_t k = 0; k < 8; ++k) {
@@ -325,9 +333,11 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
             }
         }
     }
+    // ONNX node /MaxPool (MaxPool) (continued)
     for (int64_t i = 0; i < batch * 8 * 8 * 2 * 16; ++i) {
         folded2[i] = 0.0f;
     }
+    // ONNX node /MaxPool (MaxPool) (continued) (continued)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 8; ++j) {
             for (int64_t k = 0; k < 8; ++k) {
@@ -341,9 +351,11 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
             }
         }
     }
+    // ONNX node /MaxPool (MaxPool)
     for (int64_t i = 0; i < batch * 8 * 16 * 16; ++i) {
         d_Relu[i] = 0.0f;
     }
+    // ONNX node /MaxPool (MaxPool) (continued)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 8; ++j) {
             for (int64_t k = 0; k < 8; ++k) {
@@ -365,6 +377,7 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
             }
         }
     }
+    // ONNX node /conv1/Conv (Conv) (continued)
     for (int64_t i = 0; i < 3; ++i) {
         for (int64_t j = 0; j < 8; ++j) {
             for (int64_t k = 0; k < 3; ++k) {
@@ -374,6 +387,7 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
             }
         }
     }
+    // ONNX node /conv1/Conv (Conv) (continued)
     for (int64_t i = 0; i < 3; ++i) {
         for (int64_t j = 0; j < 8; ++j) {
             for (int64_t k = 0; k < 3; ++k) {

@@ -35,16 +35,18 @@ int onnx_forest_forest(int64_t batch, const float* x, float* out, void* workspac
     (void)next_slot;
     // ONNX node boosted_trees (TreeEnsembleRegressor)
     ks::tree_walk<0, true>(batch, 3, x, ks_data_0, ks_data_1, 40, 3, leaves);
+    // ONNX node boosted_trees (TreeEnsembleRegressor) (continued)
     for (int64_t i = 0; i < batch; ++i) {
-        float acc = 0;
-        KS_OMP_SIMD(reduction(+:acc))
+        float acc_i = 0;
+        KS_OMP_SIMD(reduction(+:acc_i))
         for (int64_t j = 0; j < 40; ++j) {
             const int32_t leaves_i = leaves[i * 40 + j];
             const float t1 = ks_data_2[ks::clamp_index(leaves_i, 320)];
-            acc += t1;
+            acc_i += t1;
         }
-        tmp[i] = acc;
+        tmp[i] = acc_i;
     }
+    // ONNX node boosted_trees (TreeEnsembleRegressor) (continued)
     for (int64_t i = 0; i < batch; ++i) {
         const float tmp_i = tmp[i];
         const float y_i = (tmp_i + 0.3404572904109955f);

@@ -115,18 +115,20 @@ int onnx_mlp_mlp_jvp(int64_t batch, const float* x, const float* dx, float* out,
     // ONNX node /fc1/Gemm (Gemm)
     const auto epilogue = epilogue_form1();
     ks::tiled_gemm<float>(batch, 32, 4, {x, 4, 1}, {ks_data_5, 1, 4}, {Tanh, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue));
+    // ONNX node /fc1/Gemm (Gemm) (continued)
     const auto epilogue1 = epilogue_form2(Tanh, 32);
     ks::tiled_gemm<float>(batch, 32, 4, {dx, 4, 1}, {ks_data_5, 1, 4}, {dTanh, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue1));
     // ONNX node /fc2/Gemm (Gemm)
     ks::tiled_gemm<float>(batch, 32, 32, {dTanh, 32, 1}, {ks_data_6, 1, 32}, {dfc2_Gemm, 32, 1}, false, scratch_float);
+    // ONNX node /fc2/Gemm (Gemm) (continued)
     const auto epilogue2 = [&](int64_t row2, int64_t col2, float v2) {
         const float x_i = ks_data_3[col2];
         const float fc2_Gemm_i = (v2 + x_i);
         const float Tanh_1_i = ks::tanh(fc2_Gemm_i);
-        const float t1 = (Tanh_1_i * Tanh_1_i);
-        const float t2 = (1.0f - t1);
+        const float Tanh_1_mul_Tanh_1_i = (Tanh_1_i * Tanh_1_i);
+        const float t1 = (1.0f - Tanh_1_mul_Tanh_1_i);
         const float dfc2_Gemm_i = dfc2_Gemm[row2 * 32 + col2];
-        const float dTanh_1_i = (dfc2_Gemm_i * t2);
+        const float dTanh_1_i = (dfc2_Gemm_i * t1);
         return dTanh_1_i;
     };
     ks::tiled_gemm<float>(batch, 32, 32, {Tanh, 32, 1}, {ks_data_6, 1, 32}, {dTanh_1, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue2));
@@ -153,7 +155,7 @@ int onnx_mlp_loss(int64_t batch, const float* x, const float* target, const floa
     next_slot += ks::aligned_bytes<float>(ks::max<int64_t>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(batch, 32, 4), ks::tiled_gemm_scratch<float>(batch, 32, 32)), ks::tiled_gemm_scratch<float>(batch, 1, 32)));
     float* const mlp_Tanh_1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 32);
-    float* const prod = reinterpret_cast<float*>(next_slot);
+    float* const contract_mlp_Tanh_1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     (void)next_slot;
     // ONNX node /mlp/fc1/Gemm (Gemm)
@@ -163,13 +165,13 @@ int onnx_mlp_loss(int64_t batch, const float* x, const float* target, const floa
     const auto epilogue1 = epilogue_form3(mlp_fc2_bias);
     ks::tiled_gemm<float>(batch, 32, 32, {mlp_Tanh, 32, 1}, {mlp_fc2_weight, 1, 32}, {mlp_Tanh_1, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue1));
     // ONNX node /mlp/out/Gemm (Gemm)
-    ks::tiled_gemm<float>(batch, 1, 32, {mlp_Tanh_1, 32, 1}, {mlp_out_weight, 1, 32}, {prod, 1, 1}, false, scratch_float);
+    ks::tiled_gemm<float>(batch, 1, 32, {mlp_Tanh_1, 32, 1}, {mlp_out_weight, 1, 32}, {contract_mlp_Tanh_1, 1, 1}, false, scratch_float);
     // ONNX nodes /mlp/out/Gemm (Gemm), /Sub (Sub), /Pow (Pow), /ReduceMean (ReduceMean)
     float Pow_sum = 0;
     for (int64_t i = 0; i < batch; ++i) {
-        const float prod_i = prod[i];
+        const float x_i = contract_mlp_Tanh_1[i];
         const float mlp_out_bias_i = mlp_out_bias[0];
-        const float mlp_out_Gemm_i = (prod_i + mlp_out_bias_i);
+        const float mlp_out_Gemm_i = (x_i + mlp_out_bias_i);
         const float target_i = target[i];
         const float Sub_i = (mlp_out_Gemm_i - target_i);
         const float Pow_i = ks::ipow<2>(Sub_i);
@@ -217,39 +219,47 @@ int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* target, const
         const float mlp_out_Gemm_i = (v2 + mlp_out_bias_i);
         const float target_i = target[row2 + col2];
         const float Sub_i = (mlp_out_Gemm_i - target_i);
-        const float t2 = (2.0f * Sub_i);
-        const float d_mlp_out_Gemm_i = (t1 * t2);
+        const float mul_Sub_i = (2.0f * Sub_i);
+        const float d_mlp_out_Gemm_i = (t1 * mul_Sub_i);
         return d_mlp_out_Gemm_i;
     };
     ks::tiled_gemm<float>(batch, 1, 32, {mlp_Tanh_1, 32, 1}, {mlp_out_weight, 1, 32}, {d_mlp_out_Gemm, 1, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue2));
+    // ONNX node /mlp/out/Gemm (Gemm) (continued)
     out_d_mlp_out_bias[0] = 0;
     for (int64_t i = 0; i < batch; ++i) {
         out_d_mlp_out_bias[0] += d_mlp_out_Gemm[i];
     }
+    // ONNX node /mlp/out/Gemm (Gemm) (continued)
     ks::tiled_gemm<float>(1, 32, batch, {d_mlp_out_Gemm, 1, 1}, {mlp_Tanh_1, 32, 1}, {out_d_mlp_out_weight, 32, 1}, false, scratch_float);
+    // ONNX node /mlp/out/Gemm (Gemm) (continued)
     const auto epilogue3 = epilogue_form2(mlp_Tanh_1, 32);
     ks::tiled_gemm<float>(batch, 32, 1, {d_mlp_out_Gemm, 1, 1}, {mlp_out_weight, 32, 1}, {d_mlp_fc2_Gemm, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue3));
     // ONNX node /mlp/fc2/Gemm (Gemm)
     for (int64_t i = 0; i < 32; ++i) {
         out_d_mlp_fc2_bias[i] = 0;
     }
+    // ONNX node /mlp/fc2/Gemm (Gemm) (continued)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 32; ++j) {
             out_d_mlp_fc2_bias[j] += d_mlp_fc2_Gemm[i * 32 + j];
         }
     }
+    // ONNX node /mlp/fc2/Gemm (Gemm) (continued)
     ks::tiled_gemm<float>(32, 32, batch, {d_mlp_fc2_Gemm, 1, 32}, {mlp_Tanh, 32, 1}, {out_d_mlp_fc2_weight, 32, 1}, false, scratch_float);
+    // ONNX node /mlp/fc2/Gemm (Gemm) (continued)
     const auto epilogue4 = epilogue_form2(mlp_Tanh, 32);
     ks::tiled_gemm<float>(batch, 32, 32, {d_mlp_fc2_Gemm, 32, 1}, {mlp_fc2_weight, 32, 1}, {d_mlp_fc1_Gemm, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue4));
     // ONNX node /mlp/fc1/Gemm (Gemm)
     for (int64_t i = 0; i < 32; ++i) {
         out_d_mlp_fc1_bias[i] = 0;
     }
+    // ONNX node /mlp/fc1/Gemm (Gemm) (continued)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 32; ++j) {
             out_d_mlp_fc1_bias[j] += d_mlp_fc1_Gemm[i * 32 + j];
         }
     }
+    // ONNX node /mlp/fc1/Gemm (Gemm) (continued)
     ks::tiled_gemm<float>(32, 4, batch, {d_mlp_fc1_Gemm, 1, 32}, {x, 4, 1}, {out_d_mlp_fc1_weight, 4, 1}, false, scratch_float);
     return ks::status::ok;
 }

@@ -43,29 +43,29 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const variable = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 4);
-    float* const tmp = reinterpret_cast<float*>(next_slot);
+    float* const mul_sub_variable_sum = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 51);
     float* const prod = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
+    float* const tmp = reinterpret_cast<float*>(next_slot);
+    next_slot += ks::aligned_bytes<float>(batch * 3);
     float* const tmp1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
-    float* const tmp2 = reinterpret_cast<float*>(next_slot);
-    next_slot += ks::aligned_bytes<float>(batch * 3);
-    int64_t* const tmp3 = reinterpret_cast<int64_t*>(next_slot);
+    int64_t* const tmp2 = reinterpret_cast<int64_t*>(next_slot);
     next_slot += ks::aligned_bytes<int64_t>(batch);
     float* const joined = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 6);
     float* const gathered = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 9);
-    float* const tmp7 = reinterpret_cast<float*>(next_slot);
+    float* const tmp6 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3 * 3);
     uint8_t* const r = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(batch);
     uint8_t* const r2 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(batch);
-    float* const tmp8 = reinterpret_cast<float*>(next_slot);
+    float* const tmp7 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp9 = reinterpret_cast<float*>(next_slot);
+    float* const tmp8 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     float* const packed = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
@@ -73,9 +73,9 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
     next_slot += ks::aligned_bytes<float>(batch);
     float* const packed2 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp10 = reinterpret_cast<float*>(next_slot);
+    float* const tmp9 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp11 = reinterpret_cast<float*>(next_slot);
+    float* const tmp10 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     float* const packed3 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
@@ -83,9 +83,9 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
     next_slot += ks::aligned_bytes<float>(batch);
     float* const packed5 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp13 = reinterpret_cast<float*>(next_slot);
+    float* const tmp12 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp14 = reinterpret_cast<float*>(next_slot);
+    float* const tmp13 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     float* const packed6 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3);
@@ -93,13 +93,13 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
     next_slot += ks::aligned_bytes<float>(batch);
     float* const packed8 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp17 = reinterpret_cast<float*>(next_slot);
+    float* const tmp16 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     (void)next_slot;
     float* const prod1 = prod;  // reuses a dead buffer's space
-    float* const tmp4 = prod;  // reuses a dead buffer's space
-    float* const tmp5 = tmp2;  // reuses a dead buffer's space
-    float* const tmp6 = prod;  // reuses a dead buffer's space
+    float* const tmp3 = prod;  // reuses a dead buffer's space
+    float* const tmp4 = tmp1;  // reuses a dead buffer's space
+    float* const tmp5 = prod;  // reuses a dead buffer's space
     // ONNX node Scaler (Scaler)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 4; ++j) {
@@ -113,87 +113,99 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
     // ONNX node SVMc (SVMClassifier)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 51; ++j) {
-            float acc = 0;
-            KS_OMP_SIMD(reduction(+:acc))
+            float mul_sub_variable_sum_i = 0;
+            KS_OMP_SIMD(reduction(+:mul_sub_variable_sum_i))
             for (int64_t k = 0; k < 4; ++k) {
                 const float variable_i = variable[i * 4 + k];
                 const float x_i = ks_data_2[j * 4 + k];
-                const float t1 = (variable_i - x_i);
-                acc += (t1 * t1);
+                const float sub_variable_i = (variable_i - x_i);
+                mul_sub_variable_sum_i += (sub_variable_i * sub_variable_i);
             }
-            tmp[i * 51 + j] = acc;
+            mul_sub_variable_sum[i * 51 + j] = mul_sub_variable_sum_i;
         }
     }
+    // ONNX node SVMc (SVMClassifier) (continued)
     for (int64_t i = 0; i < (51*batch); ++i) {
-        const float tmp_i = tmp[i];
-        const float t1 = ks::exp(((-0.25f) * tmp_i));
-        tmp[i] = t1;
+        const float mul_sub_variable_sum_i = mul_sub_variable_sum[i];
+        const float t1 = ks::exp(((-0.25f) * mul_sub_variable_sum_i));
+        mul_sub_variable_sum[i] = t1;
     }
-    ks::packed_gemm<float>(batch, 3, 51, {tmp, 51, 1}, {ks_data_3, 51}, {prod, 3, 1}, false);
+    // ONNX node SVMc (SVMClassifier) (continued)
+    ks::packed_gemm<float>(batch, 3, 51, {mul_sub_variable_sum, 51, 1}, {ks_data_3, 51}, {prod, 3, 1}, false);
+    // ONNX node SVMc (SVMClassifier) (continued)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
             const float prod_i = prod[i * 3 + j];
             const float x_i = ks_data_4[j];
             const float t1 = (prod_i + x_i);
-            tmp1[i * 3 + j] = t1;
+            tmp[i * 3 + j] = t1;
             const bool t2 = (t1 > 0.0f);
             const float t3 = static_cast<float>(t2);
-            tmp2[i * 3 + j] = t3;
+            tmp1[i * 3 + j] = t3;
         }
     }
-    ks::packed_gemm<float>(batch, 3, 3, {tmp2, 3, 1}, {ks_data_5, 3}, {prod1, 3, 1}, false);
+    // ONNX node SVMc (SVMClassifier) (continued)
+    ks::packed_gemm<float>(batch, 3, 3, {tmp1, 3, 1}, {ks_data_5, 3}, {prod1, 3, 1}, false);
+    // ONNX node SVMc (SVMClassifier) (continued)
     for (int64_t i = 0; i < (3*batch); ++i) {
-        const float x_i = tmp2[i];
+        const float x_i = tmp1[i];
         const float t1 = (1.0f - x_i);
-        tmp2[i] = t1;
+        tmp1[i] = t1;
     }
-    ks::packed_gemm<float>(batch, 3, 3, {tmp2, 3, 1}, {ks_data_6, 3}, {prod1, 3, 1}, true);
+    // ONNX node SVMc (SVMClassifier) (continued)
+    ks::packed_gemm<float>(batch, 3, 3, {tmp1, 3, 1}, {ks_data_6, 3}, {prod1, 3, 1}, true);
+    // ONNX node SVMc (SVMClassifier) (continued)
     for (int64_t i = 0; i < batch; ++i) {
-        int64_t acc = 0;
-        float acc_value = ks::lowest<float>();
+        int64_t acc_i = 0;
+        float acc_i_value = ks::lowest<float>();
         for (int64_t j = 0; j < 3; ++j) {
             const float x_i = prod1[i * 3 + j];
-            acc_value = ks::running_max(acc_value, x_i);
+            acc_i_value = ks::running_max(acc_i_value, x_i);
         }
-        acc = int64_t{4611686018427387904};
+        acc_i = int64_t{4611686018427387904};
         for (int64_t j = 0; j < 3; ++j) {
             const float x_i = prod1[i * 3 + j];
-            const int64_t here = (x_i == acc_value || (x_i != x_i && acc_value != acc_value)) ? j : int64_t{4611686018427387904};
-            acc = here < acc ? here : acc;
+            const int64_t here = (x_i == acc_i_value || (x_i != x_i && acc_i_value != acc_i_value)) ? j : int64_t{4611686018427387904};
+            acc_i = here < acc_i ? here : acc_i;
         }
-        acc = acc == int64_t{4611686018427387904} ? 0 : acc;
-        tmp3[i] = acc;
+        acc_i = acc_i == int64_t{4611686018427387904} ? 0 : acc_i;
+        tmp2[i] = acc_i;
     }
+    // ONNX node SVMc (SVMClassifier) (continued)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
-            const float x_i = tmp1[i * 3 + j];
-            const float x_i1 = ks_data_8[j];
-            const float x_i2 = ks_data_9[j];
-            const float t1 = ks::logistic((-((x_i * x_i1) + x_i2)));
+            const float tmp_i = tmp[i * 3 + j];
+            const float x_i = ks_data_8[j];
+            const float x_i1 = ks_data_9[j];
+            const float t1 = ks::logistic((-((tmp_i * x_i) + x_i1)));
             const bool t2 = (t1 < 1.0000000116860974e-07f);
             const bool t3 = (t1 >= 0.9999998807907104f);
             const float t4 = (t3 ? 0.9999998807907104f : t1);
             const float t5 = (t2 ? 1.0000000116860974e-07f : t4);
-            tmp4[i * 3 + j] = t5;
+            tmp3[i * 3 + j] = t5;
             const float t6 = (1.0f - t5);
-            tmp5[i * 3 + j] = t6;
+            tmp4[i * 3 + j] = t6;
         }
     }
+    // ONNX node SVMc (SVMClassifier) (continued)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
-            joined[i * 6 + j] = tmp4[i * 3 + j];
+            joined[i * 6 + j] = tmp3[i * 3 + j];
         }
     }
+    // ONNX node SVMc (SVMClassifier) (continued) (continued)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
-            joined[3 + i * 6 + j] = tmp5[i * 3 + j];
+            joined[3 + i * 6 + j] = tmp4[i * 3 + j];
         }
     }
+    // ONNX node SVMc (SVMClassifier)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 9; ++j) {
             gathered[i * 9 + j] = joined[i * 6 + ks::clamp_index(ks_data_10[j], 6)];
         }
     }
+    // ONNX node SVMc (SVMClassifier) (continued)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 9; ++j) {
             const bool x_i = ks_data_11[j];
@@ -202,35 +214,40 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             gathered[i * 9 + j] = t1;
         }
     }
+    // ONNX node SVMc (SVMClassifier) (continued)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
-            float acc = 0;
-            KS_OMP_SIMD(reduction(+:acc))
+            float acc_i = 0;
+            KS_OMP_SIMD(reduction(+:acc_i))
             for (int64_t k = 0; k < 3; ++k) {
                 const float gathered_i = gathered[i * 9 + j + k * 3];
-                acc += (gathered_i * gathered_i);
+                acc_i += (gathered_i * gathered_i);
             }
-            tmp6[i * 3 + j] = acc;
+            tmp5[i * 3 + j] = acc_i;
         }
     }
+    // ONNX node SVMc (SVMClassifier) (continued)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
             for (int64_t k = 0; k < 3; ++k) {
                 const float gathered_i = gathered[i * 9 + j + k * 3];
                 const float gathered_i1 = gathered[i * 9 + j * 3 + k];
-                const float x_i = tmp6[i * 3 + j];
+                const float x_i = tmp5[i * 3 + j];
                 const float x_i1 = ks_data_12[j * 3 + k];
                 const float t1 = ((-(gathered_i * gathered_i1)) + (x_i * x_i1));
-                tmp7[i * 9 + j * 3 + k] = t1;
+                tmp6[i * 9 + j * 3 + k] = t1;
             }
         }
     }
+    // ONNX node SVMc (SVMClassifier) (continued)
     for (int64_t i = 0; i < batch * 3; ++i) {
         out_probabilities[i] = 0.3333333432674408f;
     }
+    // ONNX node SVMc (SVMClassifier) (continued) (continued)
     for (int64_t i = 0; i < batch; ++i) {
         r[i] = false;
     }
+    // ONNX node SVMc (SVMClassifier) (continued) (continued)
     for (int64_t i = 0; i < int64_t{100}; ++i) {
         int32_t acc = ks::highest<int32_t>();
         for (int64_t j = 0; j < batch; ++j) {
@@ -248,39 +265,39 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
                 r2[j] = r[j];
             }
         } else {
-            float* const prod2 = tmp1;  // reuses a dead buffer's space
+            float* const prod2 = tmp;  // reuses a dead buffer's space
             for (int64_t j = 0; j < batch; ++j) {
                 for (int64_t k = 0; k < 3; ++k) {
                     float dot = 0;
                     KS_OMP_SIMD(reduction(+:dot))
                     for (int64_t l = 0; l < 3; ++l) {
-                        dot += tmp7[j * 9 + k * 3 + l] * out_probabilities[j * 3 + l];
+                        dot += tmp6[j * 9 + k * 3 + l] * out_probabilities[j * 3 + l];
                     }
                     prod2[j * 3 + k] = dot;
                 }
             }
             for (int64_t j = 0; j < batch; ++j) {
-                float acc1 = 0;
-                KS_OMP_SIMD(reduction(+:acc1))
+                float acc_i = 0;
+                KS_OMP_SIMD(reduction(+:acc_i))
                 for (int64_t k = 0; k < 3; ++k) {
                     const float out_probabilities_i = out_probabilities[j * 3 + k];
                     const float x_i = prod2[j * 3 + k];
-                    acc1 += (out_probabilities_i * x_i);
+                    acc_i += (out_probabilities_i * x_i);
                 }
-                tmp8[j] = acc1;
+                tmp7[j] = acc_i;
             }
             for (int64_t j = 0; j < batch; ++j) {
-                float acc1 = ks::lowest<float>();
+                float acc_i = ks::lowest<float>();
                 for (int64_t k = 0; k < 3; ++k) {
                     const float x_i = prod2[j * 3 + k];
-                    const float x_i1 = tmp8[j];
-                    acc1 = ks::running_max(acc1, ks::abs((x_i - x_i1)));
+                    const float x_i1 = tmp7[j];
+                    acc_i = ks::running_max(acc_i, ks::abs((x_i - x_i1)));
                 }
-                tmp9[j] = acc1;
+                tmp8[j] = acc_i;
             }
             for (int64_t j = 0; j < batch; ++j) {
                 for (int64_t k = 0; k < 3; ++k) {
-                    packed[j * 3 + k] = tmp7[j * 9 + k];
+                    packed[j * 3 + k] = tmp6[j * 9 + k];
                 }
             }
             for (int64_t j = 0; j < batch; ++j) {
@@ -290,100 +307,100 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
                 packed2[j] = prod2[j * 3];
             }
             for (int64_t j = 0; j < batch; ++j) {
-                const float x_i = tmp8[j];
+                const float x_i = tmp7[j];
                 const float x_i1 = packed2[j];
                 const float x_i2 = packed1[j];
                 const float t2 = ((x_i - x_i1) / x_i2);
+                tmp9[j] = t2;
+            }
+            for (int64_t j = 0; j < batch; ++j) {
+                const float x_i = tmp9[j];
+                const float t2 = (1.0f + x_i);
                 tmp10[j] = t2;
             }
             for (int64_t j = 0; j < batch; ++j) {
-                const float x_i = tmp10[j];
-                const float t2 = (1.0f + x_i);
-                tmp11[j] = t2;
-            }
-            for (int64_t j = 0; j < batch; ++j) {
                 for (int64_t k = 0; k < 3; ++k) {
-                    packed3[j * 3 + k] = tmp7[3 + j * 9 + k];
+                    packed3[j * 3 + k] = tmp6[3 + j * 9 + k];
                 }
             }
             for (int64_t j = 0; j < batch; ++j) {
                 packed4[j] = packed3[1 + j * 3];
             }
-            float* const tmp12 = tmp2;  // reuses a dead buffer's space
+            float* const tmp11 = tmp1;  // reuses a dead buffer's space
             for (int64_t j = 0; j < batch; ++j) {
                 for (int64_t k = 0; k < 3; ++k) {
-                    const float x_i = tmp10[j];
+                    const float x_i = tmp9[j];
                     const float packed_i = packed[j * 3 + k];
                     const float x_i1 = prod2[j * 3 + k];
-                    const float x_i2 = tmp11[j];
+                    const float x_i2 = tmp10[j];
                     const float t2 = ((x_i1 + (x_i * packed_i)) / x_i2);
-                    tmp12[j * 3 + k] = t2;
+                    tmp11[j * 3 + k] = t2;
                 }
             }
             for (int64_t j = 0; j < batch; ++j) {
-                packed5[j] = tmp12[1 + j * 3];
+                packed5[j] = tmp11[1 + j * 3];
             }
             for (int64_t j = 0; j < batch; ++j) {
-                const float x_i = tmp10[j];
+                const float x_i = tmp9[j];
                 const float x_i1 = packed1[j];
                 const float x_i2 = packed2[j];
-                const float x_i3 = tmp8[j];
-                const float x_i4 = tmp11[j];
+                const float x_i3 = tmp7[j];
+                const float x_i4 = tmp10[j];
                 const float t2 = (((x_i3 + (x_i * ((x_i * x_i1) + (2.0f * x_i2)))) / x_i4) / x_i4);
-                tmp13[j] = t2;
+                tmp12[j] = t2;
                 const float x_i5 = packed5[j];
                 const float x_i6 = packed4[j];
                 const float t3 = ((t2 - x_i5) / x_i6);
-                tmp14[j] = t3;
+                tmp13[j] = t3;
             }
-            float* const tmp15 = tmp8;  // reuses a dead buffer's space
+            float* const tmp14 = tmp7;  // reuses a dead buffer's space
             for (int64_t j = 0; j < batch; ++j) {
-                const float x_i = tmp14[j];
+                const float x_i = tmp13[j];
                 const float t2 = (1.0f + x_i);
-                tmp15[j] = t2;
+                tmp14[j] = t2;
             }
             for (int64_t j = 0; j < batch; ++j) {
                 for (int64_t k = 0; k < 3; ++k) {
-                    packed6[j * 3 + k] = tmp7[6 + j * 9 + k];
+                    packed6[j * 3 + k] = tmp6[6 + j * 9 + k];
                 }
             }
             for (int64_t j = 0; j < batch; ++j) {
                 packed7[j] = packed6[2 + j * 3];
             }
-            float* const tmp16 = tmp1;  // reuses a dead buffer's space
+            float* const tmp15 = tmp;  // reuses a dead buffer's space
             for (int64_t j = 0; j < batch; ++j) {
                 for (int64_t k = 0; k < 3; ++k) {
-                    const float x_i = tmp14[j];
+                    const float x_i = tmp13[j];
                     const float x_i1 = packed3[j * 3 + k];
-                    const float x_i2 = tmp12[j * 3 + k];
-                    const float x_i3 = tmp15[j];
+                    const float x_i2 = tmp11[j * 3 + k];
+                    const float x_i3 = tmp14[j];
                     const float t2 = ((x_i2 + (x_i * x_i1)) / x_i3);
-                    tmp16[j * 3 + k] = t2;
+                    tmp15[j * 3 + k] = t2;
                 }
             }
             for (int64_t j = 0; j < batch; ++j) {
-                packed8[j] = tmp16[2 + j * 3];
+                packed8[j] = tmp15[2 + j * 3];
             }
             for (int64_t j = 0; j < batch; ++j) {
-                const float x_i = tmp14[j];
+                const float x_i = tmp13[j];
                 const float x_i1 = packed4[j];
                 const float x_i2 = packed5[j];
-                const float x_i3 = tmp13[j];
-                const float x_i4 = tmp15[j];
+                const float x_i3 = tmp12[j];
+                const float x_i4 = tmp14[j];
                 const float t2 = (((x_i3 + (x_i * ((x_i * x_i1) + (2.0f * x_i2)))) / x_i4) / x_i4);
                 const float x_i5 = packed8[j];
                 const float x_i6 = packed7[j];
                 const float t3 = ((t2 - x_i5) / x_i6);
-                tmp17[j] = t3;
+                tmp16[j] = t3;
             }
-            float* const tmp18 = tmp13;  // reuses a dead buffer's space
+            float* const tmp17 = tmp12;  // reuses a dead buffer's space
             for (int64_t j = 0; j < batch; ++j) {
-                const float x_i = tmp17[j];
+                const float x_i = tmp16[j];
                 const float t2 = (1.0f + x_i);
-                tmp18[j] = t2;
+                tmp17[j] = t2;
             }
             for (int64_t j = 0; j < batch; ++j) {
-                const float x_i = tmp9[j];
+                const float x_i = tmp8[j];
                 const bool t2 = (x_i < 0.0016666667070239782f);
                 const bool r_i = r[j];
                 const bool t3 = (r_i ? r_i : t2);
@@ -391,17 +408,17 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             }
             for (int64_t j = 0; j < batch; ++j) {
                 for (int64_t k = 0; k < 3; ++k) {
-                    const float x_i = tmp10[j];
+                    const float x_i = tmp9[j];
                     const float x_i1 = ks_data_13[k];
                     const float out_probabilities_i = out_probabilities[j * 3 + k];
-                    const float x_i2 = tmp11[j];
-                    const float x_i3 = tmp14[j];
+                    const float x_i2 = tmp10[j];
+                    const float x_i3 = tmp13[j];
                     const float x_i4 = ks_data_14[k];
                     const float t2 = (((out_probabilities_i + (x_i * x_i1)) / x_i2) + (x_i3 * x_i4));
-                    const float x_i5 = tmp15[j];
-                    const float x_i6 = tmp17[j];
+                    const float x_i5 = tmp14[j];
+                    const float x_i6 = tmp16[j];
                     const float x_i7 = ks_data_15[k];
-                    const float x_i8 = tmp18[j];
+                    const float x_i8 = tmp17[j];
                     const float t3 = (((t2 / x_i5) + (x_i6 * x_i7)) / x_i8);
                     const bool x_i9 = r2[j];
                     const float t4 = (x_i9 ? out_probabilities_i : t3);
@@ -416,8 +433,9 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             r[j] = r2[j];
         }
     }
+    // ONNX node SVMc (SVMClassifier)
     for (int64_t i = 0; i < batch; ++i) {
-        const int64_t x_i = tmp3[i];
+        const int64_t x_i = tmp2[i];
         const int64_t label_i = ks_data_7[ks::clamp_index(x_i, 3)];
         out_label[i] = label_i;
     }

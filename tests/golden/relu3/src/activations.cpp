@@ -18,14 +18,14 @@ namespace KS_VARIANT {  // activations_x86_64, activations_x86_64_v3, activation
 // relu3 = relu3   (kernel relu3 from relu3.py:relu3)
 //   (x: f32) -> (f32)
 float activations_relu3(float x) {
-    const bool t1 = (x < 0.0f);
+    const bool lt_x = (x < 0.0f);
     float r;
-    if (t1) {
+    if (lt_x) {
         r = 0.0f;
     } else {
-        const bool t2 = (x < 1.0f);
+        const bool lt_x1 = (x < 1.0f);
         float r1;
-        if (t2) {
+        if (lt_x1) {
             r1 = (0.3333333432674408f * ks::ipow<3>(x));
         } else {
             r1 = (x - 0.6666666865348816f);
@@ -44,13 +44,13 @@ int activations_vrelu3(int64_t n, const float* x, float* out, void* workspace) {
     // relu3.py:6, 8, 9, 11
     for (int64_t i = 0; i < n; ++i) {
         const float x_i = x[i];
-        const bool t1 = (x_i < 0.0f);
-        const bool t2 = (x_i < 1.0f);
-        const float t3 = (0.3333333432674408f * ks::ipow<3>(x_i));
-        const float t4 = (x_i - 0.6666666865348816f);
-        const float t5 = (t2 ? t3 : t4);
-        const float t6 = (t1 ? 0.0f : t5);
-        out[i] = t6;
+        const bool lt_x_i = (x_i < 0.0f);
+        const bool lt_x_i1 = (x_i < 1.0f);
+        const float mul_ipow_x_i = (0.3333333432674408f * ks::ipow<3>(x_i));
+        const float sub_x_i = (x_i - 0.6666666865348816f);
+        const float select_sub_x_i = (lt_x_i1 ? mul_ipow_x_i : sub_x_i);
+        const float t1 = (lt_x_i ? 0.0f : select_sub_x_i);
+        out[i] = t1;
     }
     return ks::status::ok;
 }
@@ -64,14 +64,14 @@ size_t activations_vrelu3_workspace_size(int64_t n) {
 // relu3_vjp = vjp(relu3)   (kernel relu3 from relu3.py:relu3)
 //   (x: f32, ct: f32) -> (f32)
 float activations_relu3_vjp(float x, float ct) {
-    const bool t1 = (x < 0.0f);
+    const bool lt_x = (x < 0.0f);
     float d_x;
-    if (t1) {
+    if (lt_x) {
         d_x = 0.0f;
     } else {
-        const bool t2 = (x < 1.0f);
+        const bool lt_x1 = (x < 1.0f);
         float r;
-        if (t2) {
+        if (lt_x1) {
             r = ((ct * 0.3333333432674408f) * (3.0f * ks::ipow<2>(x)));
         } else {
             r = ct;
@@ -90,13 +90,13 @@ int activations_vrelu3_vjp(int64_t n, const float* x, const float* ct, float* ou
     // relu3.py:6, 8, 9, 11
     for (int64_t i = 0; i < n; ++i) {
         const float x_i = x[i];
-        const bool t1 = (x_i < 0.0f);
-        const bool t2 = (x_i < 1.0f);
+        const bool lt_x_i = (x_i < 0.0f);
+        const bool lt_x_i1 = (x_i < 1.0f);
         const float ct_i = ct[i];
-        const float t3 = (t1 ? 0.0f : ct_i);
-        const float t4 = (((t2 ? t3 : 0.0f) * 0.3333333432674408f) * (3.0f * ks::ipow<2>(x_i)));
-        const float t5 = ((t2 ? 0.0f : t3) + (t2 ? t4 : 0.0f));
-        const float d_x_i = (t1 ? 0.0f : t5);
+        const float select_ct_i = (lt_x_i ? 0.0f : ct_i);
+        const float t1 = (((lt_x_i1 ? select_ct_i : 0.0f) * 0.3333333432674408f) * (3.0f * ks::ipow<2>(x_i)));
+        const float t2 = ((lt_x_i1 ? 0.0f : select_ct_i) + (lt_x_i1 ? t1 : 0.0f));
+        const float d_x_i = (lt_x_i ? 0.0f : t2);
         out[i] = d_x_i;
     }
     return ks::status::ok;
@@ -111,14 +111,14 @@ size_t activations_vrelu3_vjp_workspace_size(int64_t n) {
 // relu3_jvp = jvp(relu3)   (kernel relu3 from relu3.py:relu3)
 //   (x: f32, dx: f32) -> (f32)
 float activations_relu3_jvp(float x, float dx) {
-    const bool t1 = (x < 0.0f);
+    const bool lt_x = (x < 0.0f);
     float r;
-    if (t1) {
+    if (lt_x) {
         r = 0.0f;
     } else {
-        const bool t2 = (x < 1.0f);
+        const bool lt_x1 = (x < 1.0f);
         float r1;
-        if (t2) {
+        if (lt_x1) {
             r1 = ((dx * (3.0f * ks::ipow<2>(x))) * 0.3333333432674408f);
         } else {
             r1 = dx;
@@ -132,14 +132,14 @@ float activations_relu3_jvp(float x, float dx) {
 // relu3_grad = grad(relu3)   (kernel relu3 from relu3.py:relu3)
 //   (x: f32) -> (f32)
 float activations_relu3_grad(float x) {
-    const bool t1 = (x < 0.0f);
+    const bool lt_x = (x < 0.0f);
     float d_x;
-    if (t1) {
+    if (lt_x) {
         d_x = 0.0f;
     } else {
-        const bool t2 = (x < 1.0f);
+        const bool lt_x1 = (x < 1.0f);
         float r;
-        if (t2) {
+        if (lt_x1) {
             r = (0.3333333432674408f * (3.0f * ks::ipow<2>(x)));
         } else {
             r = 1.0f;
@@ -153,14 +153,14 @@ float activations_relu3_grad(float x) {
 // relu3_d2 = jvp(grad(relu3))   (kernel relu3 from relu3.py:relu3)
 //   (x: f32, dx: f32) -> (f32)
 float activations_relu3_d2(float x, float dx) {
-    const bool t1 = (x < 0.0f);
+    const bool lt_x = (x < 0.0f);
     float dd_x;
-    if (t1) {
+    if (lt_x) {
         dd_x = 0.0f;
     } else {
-        const bool t2 = (x < 1.0f);
+        const bool lt_x1 = (x < 1.0f);
         float r;
-        if (t2) {
+        if (lt_x1) {
             r = (0.3333333432674408f * ((dx * (2.0f * x)) * 3.0f));
         } else {
             r = 0.0f;

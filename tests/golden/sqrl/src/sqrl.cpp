@@ -21,7 +21,7 @@ int sqrl_sqrl(int64_t n, const float* x, float* out, void* workspace) {
     if (n < 0) return ks::status::err_shape;
     if (workspace == nullptr && sqrl_sqrl_workspace_size(n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    float* const t2 = reinterpret_cast<float*>(next_slot);
+    float* const t = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
     (void)next_slot;
     // sqrl.py:10: y = torch.sum(x)
@@ -36,37 +36,37 @@ int sqrl_sqrl(int64_t n, const float* x, float* out, void* workspace) {
         }
         y += y_block;
     }
-    const bool t1 = (y < 0.0f);
+    const bool lt_y = (y < 0.0f);
     // sqrl.py:11: if y < 0.0:
-    if (t1) {
+    if (lt_y) {
         // sqrl.py:12: t = -0.125 * x
         for (int64_t i = 0; i < n; ++i) {
             const float x_i = x[i];
             const float t_i = ((-0.125f) * x_i);
-            t2[i] = t_i;
+            t[i] = t_i;
         }
     } else {
         // sqrl.py:14: t = 0.5 * x ** 2
         for (int64_t i = 0; i < n; ++i) {
             const float x_i = x[i];
             const float t_i = (0.5f * ks::ipow<2>(x_i));
-            t2[i] = t_i;
+            t[i] = t_i;
         }
     }
     // sqrl.py:15: return torch.mean(torch.sin(t) * t)
-    float acc = 0;
+    float mul_t_sum = 0;
     for (int64_t block = 0; block < n; block += 512) {
         const int64_t block_end = n - block < 512 ? n : block + 512;
-        float acc_block = 0;
-        KS_OMP_SIMD(reduction(+:acc_block))
+        float mul_t_sum_block = 0;
+        KS_OMP_SIMD(reduction(+:mul_t_sum_block))
         for (int64_t i = block; i < block_end; ++i) {
-            const float t_i = t2[i];
-            acc_block += (std::sin(t_i) * t_i);
+            const float t_i = t[i];
+            mul_t_sum_block += (std::sin(t_i) * t_i);
         }
-        acc += acc_block;
+        mul_t_sum += mul_t_sum_block;
     }
-    const float t3 = (acc / static_cast<float>(n));
-    *out = t3;
+    const float div_mul_t_sum = (mul_t_sum / static_cast<float>(n));
+    *out = div_mul_t_sum;
     return ks::status::ok;
 }
 
@@ -81,7 +81,7 @@ int sqrl_sqrl_vjp(int64_t n, const float* x, float ct, float* out, void* workspa
     if (n < 0) return ks::status::err_shape;
     if (workspace == nullptr && sqrl_sqrl_vjp_workspace_size(n) != 0) return ks::status::err_null;
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
-    float* const t2 = reinterpret_cast<float*>(next_slot);
+    float* const t1 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n);
     (void)next_slot;
     // sqrl.py:10: y = torch.sum(x)
@@ -96,45 +96,45 @@ int sqrl_sqrl_vjp(int64_t n, const float* x, float ct, float* out, void* workspa
         }
         y += y_block;
     }
-    const bool t1 = (y < 0.0f);
+    const bool lt_y = (y < 0.0f);
     // sqrl.py:11: if y < 0.0:
-    if (t1) {
+    if (lt_y) {
         // sqrl.py:12: t = -0.125 * x
         for (int64_t i = 0; i < n; ++i) {
             const float x_i = x[i];
             const float t_i = ((-0.125f) * x_i);
-            t2[i] = t_i;
+            t1[i] = t_i;
         }
     } else {
         // sqrl.py:14: t = 0.5 * x ** 2
         for (int64_t i = 0; i < n; ++i) {
             const float x_i = x[i];
             const float t_i = (0.5f * ks::ipow<2>(x_i));
-            t2[i] = t_i;
+            t1[i] = t_i;
         }
     }
-    const float t3 = ks::mulz(ct, (1.0f / static_cast<float>(n)));
+    const float mulz_ct = ks::mulz(ct, (1.0f / static_cast<float>(n)));
     // sqrl.py:15: return torch.mean(torch.sin(t) * t)
     for (int64_t i = 0; i < n; ++i) {
-        const float x_i = t2[i];
-        const float t4 = ((t3 * std::sin(x_i)) + ((t3 * x_i) * std::cos(x_i)));
-        t2[i] = t4;
+        const float x_i = t1[i];
+        const float t2 = ((mulz_ct * std::sin(x_i)) + ((mulz_ct * x_i) * std::cos(x_i)));
+        t1[i] = t2;
     }
     // sqrl.py:11: if y < 0.0:
-    if (t1) {
+    if (lt_y) {
         // sqrl.py:12: t = -0.125 * x
         for (int64_t i = 0; i < n; ++i) {
-            const float ct_i = t2[i];
-            const float t4 = (ct_i * (-0.125f));
-            out[i] = t4;
+            const float ct_i = t1[i];
+            const float mul_ct_i = (ct_i * (-0.125f));
+            out[i] = mul_ct_i;
         }
     } else {
         // sqrl.py:14: t = 0.5 * x ** 2
         for (int64_t i = 0; i < n; ++i) {
             const float x_i = x[i];
-            const float ct_i = t2[i];
-            const float t4 = ((ct_i * 0.5f) * (2.0f * x_i));
-            out[i] = t4;
+            const float ct_i = t1[i];
+            const float t2 = ((ct_i * 0.5f) * (2.0f * x_i));
+            out[i] = t2;
         }
     }
     return ks::status::ok;
@@ -153,55 +153,55 @@ int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, void* workspac
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const y = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n1);
-    uint8_t* const tmp = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const lt_y = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(n1);
     (void)next_slot;
-    float* const tmp1 = y;  // reuses a dead buffer's space
+    float* const tmp = y;  // reuses a dead buffer's space
     // sqrl.py:10: y = torch.sum(x)
     for (int64_t i = 0; i < n1; ++i) {
-        float y1 = 0;
+        float y_i = 0;
         for (int64_t block = 0; block < n; block += 512) {
             const int64_t block_end = n - block < 512 ? n : block + 512;
-            float y1_block = 0;
-            KS_OMP_SIMD(reduction(+:y1_block))
+            float y_i_block = 0;
+            KS_OMP_SIMD(reduction(+:y_i_block))
             for (int64_t j = block; j < block_end; ++j) {
                 const float x_i = x[i * n + j];
-                y1_block += x_i;
+                y_i_block += x_i;
             }
-            y1 += y1_block;
+            y_i += y_i_block;
         }
-        y[i] = y1;
+        y[i] = y_i;
     }
     // sqrl.py:11: if y < 0.0:
     for (int64_t i = 0; i < n1; ++i) {
         const float y_i = y[i];
-        const bool t1 = (y_i < 0.0f);
-        tmp[i] = t1;
+        const bool lt_y_i = (y_i < 0.0f);
+        lt_y[i] = lt_y_i;
     }
     // sqrl.py:12, 14, 15
     for (int64_t i = 0; i < n1; ++i) {
-        float acc = 0;
+        float acc_i = 0;
         for (int64_t block = 0; block < n; block += 512) {
             const int64_t block_end = n - block < 512 ? n : block + 512;
-            float acc_block = 0;
-            KS_OMP_SIMD(reduction(+:acc_block))
+            float acc_i_block = 0;
+            KS_OMP_SIMD(reduction(+:acc_i_block))
             for (int64_t j = block; j < block_end; ++j) {
                 const float x_i = x[i * n + j];
-                const float t1 = ((-0.125f) * x_i);
-                const float t2 = (0.5f * ks::ipow<2>(x_i));
-                const bool tmp_i = tmp[i];
-                const float t3 = (tmp_i ? t1 : t2);
-                acc_block += (std::sin(t3) * t3);
+                const float mul_x_i = ((-0.125f) * x_i);
+                const float mul_ipow_x_i = (0.5f * ks::ipow<2>(x_i));
+                const bool lt_y_i = lt_y[i];
+                const float select_mul_x_i = (lt_y_i ? mul_x_i : mul_ipow_x_i);
+                acc_i_block += (std::sin(select_mul_x_i) * select_mul_x_i);
             }
-            acc += acc_block;
+            acc_i += acc_i_block;
         }
-        tmp1[i] = acc;
+        tmp[i] = acc_i;
     }
     const float t1 = static_cast<float>(n);
     // sqrl.py:15: return torch.mean(torch.sin(t) * t)
     for (int64_t i = 0; i < n1; ++i) {
-        const float x_i = tmp1[i];
-        const float t2 = (x_i / t1);
+        const float tmp_i = tmp[i];
+        const float t2 = (tmp_i / t1);
         out[i] = t2;
     }
     return ks::status::ok;
@@ -221,37 +221,37 @@ int sqrl_vsqrl_vjp(int64_t n1, int64_t n, const float* x, const float* ct, float
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     float* const y = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(n1);
-    uint8_t* const tmp = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const lt_y = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(n1);
     (void)next_slot;
-    float* const tmp1 = y;  // reuses a dead buffer's space
+    float* const mulz_ct = y;  // reuses a dead buffer's space
     // sqrl.py:10: y = torch.sum(x)
     for (int64_t i = 0; i < n1; ++i) {
-        float y1 = 0;
+        float y_i = 0;
         for (int64_t block = 0; block < n; block += 512) {
             const int64_t block_end = n - block < 512 ? n : block + 512;
-            float y1_block = 0;
-            KS_OMP_SIMD(reduction(+:y1_block))
+            float y_i_block = 0;
+            KS_OMP_SIMD(reduction(+:y_i_block))
             for (int64_t j = block; j < block_end; ++j) {
                 const float x_i = x[i * n + j];
-                y1_block += x_i;
+                y_i_block += x_i;
             }
-            y1 += y1_block;
+            y_i += y_i_block;
         }
-        y[i] = y1;
+        y[i] = y_i;
     }
     // sqrl.py:11: if y < 0.0:
     for (int64_t i = 0; i < n1; ++i) {
         const float y_i = y[i];
-        const bool t1 = (y_i < 0.0f);
-        tmp[i] = t1;
+        const bool lt_y_i = (y_i < 0.0f);
+        lt_y[i] = lt_y_i;
     }
     const float t1 = (1.0f / static_cast<float>(n));
     // sqrl.py:15: return torch.mean(torch.sin(t) * t)
     for (int64_t i = 0; i < n1; ++i) {
         const float ct_i = ct[i];
-        const float t2 = ks::mulz(ct_i, t1);
-        tmp1[i] = t2;
+        const float mulz_ct_i = ks::mulz(ct_i, t1);
+        mulz_ct[i] = mulz_ct_i;
     }
     // sqrl.py:11, 12, 14, 15
     for (int64_t i = 0; i < n1; ++i) {
@@ -259,17 +259,17 @@ int sqrl_vsqrl_vjp(int64_t n1, int64_t n, const float* x, const float* ct, float
             const float x_i = x[i * n + j];
             const float t_i = ((-0.125f) * x_i);
             const float t_i1 = (0.5f * ks::ipow<2>(x_i));
-            const bool tmp_i = tmp[i];
-            const float t_i2 = (tmp_i ? t_i : t_i1);
-            const float x_i1 = tmp1[i];
-            const float d_t_i = (x_i1 * std::sin(t_i2));
-            const float d_t_i1 = (d_t_i + ((x_i1 * t_i2) * std::cos(t_i2)));
-            const float d_t_i2 = (tmp_i ? d_t_i1 : 0.0f);
-            const float d_t_i3 = (tmp_i ? 0.0f : d_t_i1);
+            const bool lt_y_i = lt_y[i];
+            const float t_i2 = (lt_y_i ? t_i : t_i1);
+            const float mulz_ct_i = mulz_ct[i];
+            const float d_t_i = (mulz_ct_i * std::sin(t_i2));
+            const float d_t_i1 = (d_t_i + ((mulz_ct_i * t_i2) * std::cos(t_i2)));
+            const float d_t_i2 = (lt_y_i ? d_t_i1 : 0.0f);
+            const float d_t_i3 = (lt_y_i ? 0.0f : d_t_i1);
             const float t2 = ((d_t_i3 * 0.5f) * (2.0f * x_i));
-            const float d_x_i = (tmp_i ? 0.0f : t2);
-            const float t3 = (d_t_i2 * (-0.125f));
-            const float d_x_i1 = (d_x_i + (tmp_i ? t3 : 0.0f));
+            const float d_x_i = (lt_y_i ? 0.0f : t2);
+            const float mul_d_t_i = (d_t_i2 * (-0.125f));
+            const float d_x_i1 = (d_x_i + (lt_y_i ? mul_d_t_i : 0.0f));
             out[i * n + j] = d_x_i1;
         }
     }
@@ -290,13 +290,13 @@ int sqrl_relu3_tensor(int64_t n, const float* x, float* out, void* workspace) {
     // sqrl.py:20: return torch.where(x < 0.0, 0.0 * x, torch.where(x < 1.0, x ** 3 / 3.0, x - 2.0 / 3.0))
     for (int64_t i = 0; i < n; ++i) {
         const float x_i = x[i];
-        const bool t1 = (x_i < 0.0f);
-        const bool t2 = (x_i < 1.0f);
-        const float t3 = (ks::ipow<3>(x_i) / 3.0f);
-        const float t4 = (x_i - 0.6666666865348816f);
-        const float t5 = (t2 ? t3 : t4);
-        const float t6 = (t1 ? 0.0f : t5);
-        out[i] = t6;
+        const bool lt_x_i = (x_i < 0.0f);
+        const bool lt_x_i1 = (x_i < 1.0f);
+        const float div_ipow_x_i = (ks::ipow<3>(x_i) / 3.0f);
+        const float sub_x_i = (x_i - 0.6666666865348816f);
+        const float select_sub_x_i = (lt_x_i1 ? div_ipow_x_i : sub_x_i);
+        const float t1 = (lt_x_i ? 0.0f : select_sub_x_i);
+        out[i] = t1;
     }
     return ks::status::ok;
 }
@@ -315,13 +315,13 @@ int sqrl_relu3_tensor_vjp(int64_t n, const float* x, const float* ct, float* out
     // sqrl.py:20: return torch.where(x < 0.0, 0.0 * x, torch.where(x < 1.0, x ** 3 / 3.0, x - 2.0 / 3.0))
     for (int64_t i = 0; i < n; ++i) {
         const float x_i = x[i];
-        const bool t1 = (x_i < 1.0f);
-        const bool t2 = (x_i < 0.0f);
+        const bool lt_x_i = (x_i < 1.0f);
+        const bool lt_x_i1 = (x_i < 0.0f);
         const float ct_i = ct[i];
-        const float t3 = (t2 ? 0.0f : ct_i);
-        const float d_x_i = (t1 ? 0.0f : t3);
-        const float t4 = (((t1 ? t3 : 0.0f) * 0.3333333432674408f) * (3.0f * ks::ipow<2>(x_i)));
-        const float d_x_i1 = (d_x_i + t4);
+        const float select_ct_i = (lt_x_i1 ? 0.0f : ct_i);
+        const float d_x_i = (lt_x_i ? 0.0f : select_ct_i);
+        const float t1 = (((lt_x_i ? select_ct_i : 0.0f) * 0.3333333432674408f) * (3.0f * ks::ipow<2>(x_i)));
+        const float d_x_i1 = (d_x_i + t1);
         out[i] = d_x_i1;
     }
     return ks::status::ok;

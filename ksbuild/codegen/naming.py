@@ -1,0 +1,80 @@
+"""Names for the values the source does not name, after what computes them: `exp_icf` for exp(icf[k, r]),
+`x_sub_means` for x[i, r] - means[k, r], `qs_sum` for a sum of qs's elements. The Writer gives a value its IR hint
+(the user's name, or one the transformations derived from it: d_x, dx) first, this name second, t<N> last.
+
+Two levels at most: an operand lends its name when the source names it (or it is a view of, or a parameter bound
+to, a named value); a value made from a value named here gets `<form>_<its name>` (exp_x_sub_means) when no operand
+has a source name, and lends that name no further, so names never grow into chains (select_select_...).
+"""
+from __future__ import annotations
+
+from ..ir.core import Atom, Eqn, Func, Var, sub_funcs
+
+LONGEST = 20
+"""The longest name made here (`alphas_add_icf_sum`); a longer one is shortened to the form and its first operand."""
+
+
+def derived_names(f: Func) -> dict[Var, str]:
+    """A name for each var of f (and of its bodies) that has no hint and can be named after what computes it."""
+    base: dict[Var, str] = {}      # vars that stand for a named value: views, bound params, a body's results
+    names: dict[Var, str] = {}
+    _walk(f, base, names, set())   # (the set: names made from a made name, which lend theirs no further)
+    return names
+
+
+def _name(a: Atom, base: dict[Var, str]) -> str:
+    return (a.hint or base.get(a, "")) if isinstance(a, Var) else ""
+
+
+def _walk(f: Func, base: dict[Var, str], names: dict[Var, str], compound: set) -> None:
+    for e in f.eqns:
+        bodies = sub_funcs(e)
+        for body in bodies:  # (a body's params are its equation's last operands: a loop's counter is its count's)
+            for p, a in zip(reversed(body.params), reversed(e.ins)):
+                if not p.hint and _name(a, base) and p.type == a.type:
+                    base[p] = _name(a, base)
+            _walk(body, base, names, compound)
+        results = next((b.results for b in bodies if len(b.results) == len(e.outs)), [None] * len(e.outs))
+        for v, name, r in zip(e.outs, _names_of(e, bodies, base, names, compound), results):
+            if not v.hint and name:
+                names[v] = name
+                if e.prim.view or isinstance(r, Var) and r.hint:  # (a loop's result the source names)
+                    base[v] = name
+                if isinstance(r, Var) and r in compound:
+                    compound.add(v)
+
+
+def _names_of(e: Eqn, bodies: list[Func], base: dict[Var, str], names: dict[Var, str], compound: set) -> list[str]:
+    """The names e's results take: a body's results' (a loop's, an if's, a fusion's), a view's operand's, a
+    reduction's `<operand>_<kind>`, else `<form>_<operand>` or `<a>_<form>_<b>` of the named operands of the
+    result's element type (of any type when none has it: a comparison's)."""
+    if bodies:  # (an if's result is named so only when both branches name it alike)
+        given = [[(r.hint or names.get(r, "")) if isinstance(r, Var) else "" for r in b.results] for b in bodies
+                 if len(b.results) == len(e.outs)]
+        return [n[0] if n and len(set(n)) == 1 else "" for n in zip(*given)] if given else [""] * len(e.outs)
+    if len(e.outs) != 1 or not e.ins:
+        return [""] * len(e.outs)
+    first = _name(e.ins[0], base)
+    if e.prim.view:
+        return [first]
+    if e.prim.reduction:  # (of a made name too: exp_sub_scores_sum, the sum of exp(scores - max))
+        of = first or (names.get(e.ins[0], "") if isinstance(e.ins[0], Var) else "")
+        if not first and isinstance(e.ins[0], Var) and e.ins[0] in compound:
+            compound.add(e.outs[0])
+        return [f"{of}_{e.prim.reduction}" if of else ""]
+    from ..prims.base import form_name
+    form = form_name(e.prim, e.params)
+    dtype = e.outs[0].type.dtype  # (index_add(acc, r, v) is not named after its index r; i == j is i_eq_j)
+    same = [a for a in e.ins if isinstance(a, Var) and a.type.dtype == dtype]
+    operands = same or [a for a in e.ins if isinstance(a, Var)]
+    given = [_name(a, base) for a in operands]  # the source's names (and their views')
+    made = [n for a in operands if (n := names.get(a, "")) and not n.startswith(form + "_") and a not in compound]
+    both = f"{given[0]}_{form}_{given[1]}" if len(given) == 2 and all(given) else ""
+    one = next((f"{form}_{n}" for n in given if n), "")
+    for name in (both, one):
+        if name and len(name) <= LONGEST and name.isidentifier():
+            return [name]
+    if made and len(f"{form}_{made[0]}") <= LONGEST:  # (exp of x_sub_means: exp_x_sub_means, no further)
+        compound.add(e.outs[0])
+        return [f"{form}_{made[0]}"]
+    return [""]
