@@ -119,8 +119,8 @@ constexpr int64_t phase_cols(const conv_shape& s) {
 // panels than the positions (a 5 × 5 map of a 3 × 3 kernel, 33 flat for 25: not), taps that reach every phase (not
 // a 1 × 1 stride-2 kernel), dilation 1 when strided.
 // The flat run's positions (flattened): the output rows phase_cols apart, the last one out[2] long.
-constexpr int64_t flat_positions(const conv_shape& s) {
-    return (s.out[1] - 1) * phase_cols(s) + s.out[2];
+constexpr conv_dim flat_positions(const conv_shape& s) {
+    return conv_dim((s.out[1] - 1) * phase_cols(s) + s.out[2]);
 }
 
 // Whether the flat method reads the stride phases (a stride above 1), else the padded image.
@@ -137,7 +137,7 @@ constexpr bool flattened(const conv_shape& s);  // (below, after chunked)
 // 8-32 per group: 0.47-0.80 of the packed time). One group: not taken, whatever its channels, so that the parts of a
 // layer split by output channels (ks/parts.h, threads) run the method the whole layer's scratch was planned for
 // (whole groups per part keep a grouped layer's).
-constexpr int64_t flat_rows = 64;
+constexpr conv_dim flat_rows = 64;
 
 // Whether the image is copied first: to pad it, or because the tiles of a direct convolution whose rows
 // end in a partial panel read up to a panel past them (the copy has that much room after it).
@@ -671,20 +671,20 @@ __attribute__((noinline)) void direct_group(const conv_shape& s, const T* x, con
 // from (rows fs apart) into y (rows n apart), the columns past each output row dropped; then the epilogue over each
 // row's part unless the tiles applied it (`done`: an affine epilogue, the same at every position).
 template <class T>
-__attribute__((noinline)) void flat_out(const conv_shape& s, int64_t j0, int64_t cols, int64_t m, const T* from,
-                                        int64_t fs, T* y, bool done, const epilogue<T>& epi) {
-    const int64_t wide = s.in[2], ow = s.out[2], n = s.positions();
-    for (int64_t oh = tiles::index_div(j0, wide); oh < s.out[1] && oh * wide < j0 + cols; ++oh) {
-        const int64_t a = j0 > oh * wide ? j0 : oh * wide;
-        const int64_t b = j0 + cols < oh * wide + ow ? j0 + cols : oh * wide + ow;
+__attribute__((noinline)) void flat_out(const conv_shape& s, conv_dim j0, conv_dim cols, conv_dim m, const T* from,
+                                        conv_dim fs, T* y, bool done, const epilogue<T>& epi) {
+    const conv_dim wide = s.in[2], ow = s.out[2], n = s.positions();
+    for (conv_dim oh = conv_dim(tiles::index_div(j0, wide)); oh < s.out[1] && oh * wide < j0 + cols; ++oh) {
+        const conv_dim a = j0 > oh * wide ? j0 : oh * wide;
+        const conv_dim b = j0 + cols < oh * wide + ow ? j0 + cols : oh * wide + ow;
         if (a >= b) {
             continue;
         }
-        const int64_t q = oh * ow + a - oh * wide, len = b - a;
-        for (int64_t r = 0; r < m; ++r) {
+        const conv_dim q = oh * ow + a - oh * wide, len = b - a;
+        for (conv_dim r = 0; r < m; ++r) {
             const T* src = from + r * fs + (a - j0);
             T* dst = y + r * n + q;
-            for (int64_t u = 0; u < len; ++u) {
+            for (conv_dim u = 0; u < len; ++u) {
                 dst[u] = src[u];
             }
         }
@@ -702,7 +702,7 @@ __attribute__((noinline)) void flat_out(const conv_shape& s, int64_t j0, int64_t
 // every row tile reads them. (With k_step's 1024 they were read from L2 by each row tile, 30% slower than packed
 // panels.)
 template <class T>
-constexpr int64_t flat_depth = KS_FLAT_DEPTH;
+constexpr conv_dim flat_depth = KS_FLAT_DEPTH;
 
 // One group of one image by the flat method (flattened): s is the stride-1 shape over the padded image or one phase
 // plane (phase_shape), whose rows are s.in[2] wide; output position (oh, ow) is flat position oh · s.in[2] + ow, and
@@ -713,16 +713,18 @@ template <class T, bool PACKED>
 __attribute__((noinline)) void flat_group(const conv_shape& s, const T* x, const T* kernel, const int32_t* offsets,
                                           T* block, T* y, const epilogue<T>& epi) {
     constexpr int P = panel_width<T>;
-    const int64_t mg = tiles::index_div(s.out_channels, s.groups), depth = s.depth();
-    const int64_t columns = position_block * P, parts = (depth + flat_depth<T> - 1) / flat_depth<T>;
-    const int64_t step = (depth + parts - 1) / parts;
-    const int64_t flat = (s.out[1] - 1) * s.in[2] + s.out[2];
+    const conv_dim mg = conv_dim(tiles::index_div(s.out_channels, s.groups)), depth = s.depth();
+    // (index_div: a 64-bit division by a variable is a call of libgcc's __aeabi_ldivmod on a Cortex-M)
+    const conv_dim columns = position_block * P;
+    const conv_dim parts = conv_dim(tiles::index_div(depth + flat_depth<T> - 1, flat_depth<T>));
+    const conv_dim step = conv_dim(tiles::index_div(depth + parts - 1, parts));
+    const conv_dim flat = (s.out[1] - 1) * s.in[2] + s.out[2];
     const bool done = epi.run == nullptr;  // (an affine epilogue or none: applied by the tiles, whatever the position)
     const epilogue<T> none{};
-    for (int64_t j0 = 0; j0 < flat; j0 += columns) {
-        const int64_t cols = flat - j0 < columns ? flat - j0 : columns;
-        for (int64_t k0 = 0; k0 < depth; k0 += step) {
-            const int64_t kc = depth - k0 < step ? depth - k0 : step;
+    for (conv_dim j0 = 0; j0 < flat; j0 += columns) {
+        const conv_dim cols = flat - j0 < columns ? flat - j0 : columns;
+        for (conv_dim k0 = 0; k0 < depth; k0 += step) {
+            const conv_dim kc = depth - k0 < step ? depth - k0 : step;
             conv_block<T, PACKED>(mg, kc, kernel_rows<T, PACKED>(kernel, depth, k0),
                                   tiles::table_rows<T>{x + j0, offsets + k0, P, P},
                                   static_cast<int>((cols + P - 1) / P), block, columns, cols, k0 > 0,
@@ -778,8 +780,8 @@ constexpr bool chunked(const conv_shape& s) {
 
 template <class T>
 constexpr bool flattened(const conv_shape& s) {
-    constexpr int64_t P = panel_width<T>;
-    const int64_t n = s.positions(), flat = flat_positions(s);
+    constexpr conv_dim P = panel_width<T>;
+    const conv_dim n = s.positions(), flat = flat_positions(s);
     const bool taps = !flat_split(s) || (s.dilation[1] == 1 && s.dilation[2] == 1 && s.kernel[1] >= s.stride[1] &&
                                          s.kernel[2] >= s.stride[2]);
     const bool few_rows = s.groups > 1 && tiles::index_div(s.out_channels, s.groups) <= flat_rows &&
@@ -858,6 +860,22 @@ constexpr void split_span(const conv_shape& s, int64_t r, int64_t& i0, int64_t& 
     i1 = i1 < i0 ? i0 : i1;
 }
 
+// A split row's places (phase_cols) and the spans of its column phases 0 and 1 (split_span): the same for every row
+// of an image, so split_phases computes them once. (Per row, their five 64-bit divisions and split_phases' two were
+// most of split_row's time on short rows: ResNeXt's grouped 3 × 3 stride-2 layer from 14 × 14, flat, spent 37% of its
+// time splitting 1024 channels of 16 rows of 8 places.)
+struct row_spans {
+    conv_dim places, rows, a0, a1, b0, b1;  // (rows: the padded rows the planes hold, phase_rows · stride)
+};
+
+constexpr row_spans spans_of(const conv_shape& s) {
+    int64_t a0 = 0, a1 = 0, b0 = 0, b1 = 0;
+    split_span(s, 0, a0, a1);
+    split_span(s, 1, b0, b1);
+    return {conv_dim(phase_cols(s)), conv_dim(phase_rows(s) * s.stride[1]), conv_dim(a0), conv_dim(a1), conv_dim(b0),
+            conv_dim(b1)};
+}
+
 // Stride 2's two column phases of a row (place i of phase r: src[at + 2 i + r]): places [a0, a1) of phase 0 into
 // out, [b0, b1) of phase 1 into odd; both in one loop over the places both hold (GCC vectorizes that pair of
 // strided reads, not one alone), then the places only one phase holds.
@@ -898,16 +916,13 @@ inline void zero_outside(T* o, int64_t i0, int64_t i1, int64_t n) {
 // reads, not one alone: the element-wise bounds test per place had left the copy scalar, 100 us of MobileNet's
 // 3 × 224 × 224 stem).
 template <class T>
-KS_OWN_FRAME void split_row(const conv_shape& s, const T* src, T* out, int64_t plane) {
-    const int64_t sw = s.stride[2], pw = phase_cols(s), at = -s.pad[2];
-    int64_t a0, a1, b0, b1;
-    split_span(s, 0, a0, a1);
-    split_span(s, 1, b0, b1);
+KS_OWN_FRAME void split_row(const conv_shape& s, const T* src, T* out, int64_t plane, const row_spans& sp) {
+    const int64_t sw = s.stride[2], pw = sp.places, at = -s.pad[2];
     if (sw == 2) {
         T* odd = out + plane;
-        pair_phases(src, at, out, odd, a0, a1, b0, b1);
-        zero_outside(out, a0, a1, pw);
-        zero_outside(odd, b0, b1, pw);
+        pair_phases(src, at, out, odd, sp.a0, sp.a1, sp.b0, sp.b1);
+        zero_outside(out, sp.a0, sp.a1, pw);
+        zero_outside(odd, sp.b0, sp.b1, pw);
         return;
     }
     for (int64_t r = 0; r < sw; ++r) {
@@ -921,23 +936,60 @@ KS_OWN_FRAME void split_row(const conv_shape& s, const T* src, T* out, int64_t p
     }
 }
 
+// One channel x [h][w] split as split_row does with stride 2, for rows of a few panels: its planes zeroed first (one
+// memset of sh · 2 · plane places), then each image row's two column phases copied over their spans, one phase a
+// loop (pair_phases' vector loops, which rows this short never run, spilled into a frame of 0.6-0.9 KB here).
+template <class T>
+KS_OWN_FRAME void split_short_rows(const conv_shape& s, const T* x, T* out, int64_t plane, const row_spans& sp) {
+    const conv_dim sh = s.stride[1], pw = sp.places, at = -s.pad[2];
+    for (int64_t i = 0; i < sh * 2 * plane; ++i) {
+        out[i] = T(0);
+    }
+    conv_dim q = conv_dim(tiles::index_div(s.pad[1], sh)), r = s.pad[1] - q * sh;  // (image row sy: padded q · sh + r)
+    const conv_dim rows = s.in[1] < sp.rows - s.pad[1] ? s.in[1] : sp.rows - s.pad[1];  // (the rows the planes hold)
+    for (conv_dim sy = 0; sy < rows; ++sy) {
+        const T* src = x + sy * s.in[2] + at;
+        T* row = out + r * 2 * plane + q * pw;
+        for (conv_dim i = sp.a0; i < sp.a1; ++i) {
+            row[i] = src[2 * i];
+        }
+        for (conv_dim i = sp.b0; i < sp.b1; ++i) {
+            row[plane + i] = src[2 * i + 1];
+        }
+        if (++r == sh) {
+            r = 0;
+            ++q;
+        }
+    }
+}
+
 // One image x [C][h][w] (the given layout, s: its canonical shape) zero-padded and split into its stride phases at
 // dst [C][stride_h · stride_w][phase_rows][phase_cols] (phased), a panel of zeros after.
 template <class T>
 __attribute__((noinline)) void split_phases(const conv_shape& s, const T* x, T* dst) {
     const int64_t sh = s.stride[1], sw = s.stride[2], ph = phase_rows(s), pw = phase_cols(s);
-    const int64_t plane = ph * pw, e1 = ph * sh;
+    const int64_t plane = ph * pw;
+    const row_spans sp = spans_of(s);
+    // rows of a few panels (the flat method's) with stride 2: a channel's planes zeroed at once, then the spans of
+    // its image rows copied (split_row's zeros were a memset call or two per row, the row a call of its own)
+    const bool short_rows = sw == 2 && pw < 4 * panel_width<T>;
     for (int64_t c = 0; c < s.channels; ++c) {
         T* out = dst + c * sh * sw * plane;
-        for (int64_t y = 0; y < e1; ++y) {
-            const int64_t sy = y - s.pad[1];
-            T* row = out + tiles::index_mod(y, sh) * sw * plane + tiles::index_div(y, sh) * pw;
-            if (sy >= 0 && sy < s.in[1]) {
-                split_row<T>(s, x + (c * s.in[1] + sy) * s.in[2], row, plane);
-                continue;
-            }
-            for (int64_t r = 0; r < sw; ++r) {
-                zero_outside(row + r * plane, 0, 0, pw);
+        if (short_rows) {
+            split_short_rows<T>(s, x + c * s.in[1] * s.in[2], out, plane, sp);
+            continue;
+        }
+        for (int64_t q = 0; q < ph; ++q) {  // (padded row y = q · sh + r: row q of the phase planes of row phase r)
+            for (int64_t r = 0; r < sh; ++r) {
+                const int64_t sy = q * sh + r - s.pad[1];
+                T* row = out + r * sw * plane + q * pw;
+                if (sy >= 0 && sy < s.in[1]) {
+                    split_row<T>(s, x + (c * s.in[1] + sy) * s.in[2], row, plane, sp);
+                    continue;
+                }
+                for (int64_t u = 0; u < sw; ++u) {
+                    zero_outside(row + u * plane, 0, 0, pw);
+                }
             }
         }
     }
@@ -1049,11 +1101,12 @@ __attribute__((noinline)) void chunk_images(const conv_shape& given, const conv_
 
 namespace convs {
 
-// ks::conv's plan for `given`: a constant in the generated code when the shapes are (its code then not linked);
-// images > 0: for that many images (conv_scratch<T>(given, false, images) elements), whose method may not pack the kernel.
+// ks::conv's plan for `given` written into p (plan_of: a constant in the generated code when the shapes are, its code
+// then not linked; plan_at: at the start of scratch); images > 0: for that many images (conv_scratch<T>(given, false,
+// images) elements), whose method may not pack the kernel.
 template <class T>
-constexpr conv_plan plan_of(const conv_shape& given, int64_t images = 0) {
-    conv_plan p{given, false, 0, 0, 0, 0};
+constexpr void plan_into(conv_plan& p, const conv_shape& given, int64_t images) {
+    p.s = given;
     to_canonical(p.s);
     p.copy = copies_image<T>(p.s);
     p.image = p.s.channels * p.s.in_plane();
@@ -1064,14 +1117,22 @@ constexpr conv_plan plan_of(const conv_shape& given, int64_t images = 0) {
     if (p.copy) {
         to_padded(p.s);
     }
+}
+
+template <class T>
+constexpr conv_plan plan_of(const conv_shape& given, int64_t images = 0) {
+    conv_plan p{given, false, 0, 0, 0, 0};
+    plan_into<T>(p, given, images);
     return p;
 }
 
-// The same written at the start of scratch (not in ks::conv's frame).
+// The same written at the start of scratch (not in ks::conv's frame: plan_into writes it there, no copy of the
+// plan in plan_at's frame either, which held one beside packs_kernel's shapes, 560 B on x86-64's baseline level
+// with the flat method's tests inlined).
 template <class T>
 __attribute__((noinline)) const conv_plan& plan_at(T* scratch, const conv_shape& given) {
     conv_plan& p = *reinterpret_cast<conv_plan*>(scratch);
-    p = plan_of<T>(given);
+    plan_into<T>(p, given, 0);
     return p;
 }
 
@@ -1111,7 +1172,7 @@ constexpr method method_for(const conv_shape& s, int64_t images) {  // (s: the p
         return kernel_passes<T>(phase_shape(s), images) > 1 ? method::phases_packed : method::phases;
     }
     if (flattened<T>(s)) {
-        const int64_t block = position_block * panel_width<T>;
+        constexpr conv_dim block = position_block * panel_width<T>;
         return images * ((flat_positions(s) + block - 1) / block) > 1 ? method::flat_packed : method::flat;
     }
     const bool pack = kernel_passes<T>(s, images) > 1;

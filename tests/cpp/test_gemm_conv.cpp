@@ -359,7 +359,10 @@ void phased_convs(uint64_t& state) {
 // rows, the columns past them dropped), which must be the method these shapes get: grouped 3 × 3 stride-2 layers at
 // odd sides, ResNeXt-like grouped 3 × 3 layers (groups 2 to 32, channels per group not multiples of 16), a 5 × 5
 // kernel, strides (1, 2) and 3, padding on one side or none; one image (the kernel read in place) and three (packed),
-// with and without an epilogue; and five that must not get it (a 1 × 1 stride-2 kernel, a 5 × 5 map of a 3 × 3 kernel
+// with and without an epilogue; stride-2 rows split at once (split_phases' short rows: 32 groups of 3 -> 5 channels
+// from 14 × 14, 15 groups from 20 × 17; 2 × 2 and 4 × 4 kernels without padding over an odd number of rows, the last
+// one read by no window and past the phase planes' rows); and five that
+// must not get it (a 1 × 1 stride-2 kernel, a 5 × 5 map of a 3 × 3 kernel
 // whose flat rows would be a third more panels, one group of 80 or of 19 output channels, 80 per group), checked
 // against the loops all the same.
 template <class T>
@@ -375,6 +378,8 @@ void flat_convs(uint64_t& state) {
                            {12, 20, 4, 6, 6, 3, 3, 1, 1, 1, 1, wide_panels}, {8, 12, 2, 17, 25, 5, 5, 1, 2, 2, 2, true},
                            {10, 14, 2, 31, 31, 3, 3, 3, 3, 1, 1, true},      {8, 10, 2, 33, 40, 1, 1, 2, 2, 0, 0, false},
                            {6, 10, 2, 5, 5, 3, 3, 1, 1, 1, 1, false},        {24, 80, 1, 15, 13, 3, 3, 2, 2, 1, 1, false},
+                           {96, 160, 32, 14, 14, 3, 3, 2, 2, 1, 1, true},    {30, 45, 15, 20, 17, 3, 3, 2, 2, 1, 1, true},
+                           {12, 20, 4, 15, 21, 2, 2, 2, 2, 0, 0, true},      {16, 24, 4, 13, 19, 4, 4, 2, 2, 0, 0, true},
                            {13, 19, 1, 29, 27, 3, 3, 2, 2, 1, 1, false},     {160, 160, 2, 15, 13, 3, 3, 2, 2, 1, 1, false}};
     int trial = 0;
     for (const case_& c : cases) {
