@@ -85,15 +85,16 @@ def _resnet_onnx(path) -> None:
 def _stem_onnx(path) -> None:
     """ks::conv's phases and chunks methods: a 7×7 stride-2 stem with 70-wide output rows (the image split into
     its stride phases), a 3×3 max pooling (ks::max_pool's row), a depthwise convolution of 70 × 70 planes (across channels in bands of rows), a
-    256-channel 3×3 convolution at 7 × 7 whose kernel (2.4 MB) runs by channel chunks and a pointwise one from its 256
-    channels over those 49 positions (ks::conv_pointwise)."""
+    256-channel 3×3 convolution at 7 × 7 whose kernel (2.4 MB) runs by channel chunks, a grouped one (8 groups: the flat
+    method) and a pointwise one from its 256 channels over those 49 positions (ks::conv_pointwise)."""
     torch = pytest.importorskip("torch", reason="torch is not installed")
     from torch import nn
     torch.manual_seed(0)
     net = nn.Sequential(nn.Conv2d(3, 8, 7, 2, 3), nn.ReLU(), nn.MaxPool2d(3, 1, 1),
                         nn.Conv2d(8, 8, 3, 1, 1, groups=8), nn.ReLU(),
                         nn.AdaptiveAvgPool2d(7), nn.Conv2d(8, 256, 1), nn.ReLU(),
-                        nn.Conv2d(256, 256, 3, 1, 1), nn.ReLU(), nn.Conv2d(256, 24, 1), nn.ReLU(), nn.Flatten(),
+                        nn.Conv2d(256, 256, 3, 1, 1), nn.ReLU(), nn.Conv2d(256, 256, 3, 1, 1, groups=8), nn.ReLU(),
+                        nn.Conv2d(256, 24, 1), nn.ReLU(), nn.Flatten(),
                         nn.Linear(24 * 49, 10))
     torch.onnx.export(net.eval(), (torch.zeros(1, 3, 140, 140),), str(path), dynamo=False, input_names=["x"],
                       output_names=["y"])

@@ -126,8 +126,9 @@ def test_a_cnn_on_two_threads_matches_onnxruntime(tmp_path):
 def _odd_cnn_onnx(path):
     """A CNN of odd channel counts with every kernel ks/parts.h splits: a strided convolution (ks::conv, panels) with
     BatchNorm and ReLU6, a Winograd one (49 x 49 channels) with a residual add (a per-image operand of its epilogue),
-    a 5 x 5 depthwise one, a grouped one (7 groups of 7 -> 5 channels: parts of whole groups), and a linear layer of
-    501 outputs (ks::packed_gemm: parts of whole panels, its bias an epilogue of shifted columns)."""
+    a 5 x 5 depthwise one, a grouped strided one (7 groups of 7 -> 5 channels, 8 x 8 out: ks::conv's flat method;
+    parts of whole groups), and a linear layer of 501 outputs (ks::packed_gemm: parts of whole panels, its bias an
+    epilogue of shifted columns)."""
     torch = pytest.importorskip("torch", reason="torch is not installed")
     from torch import nn
     torch.manual_seed(0)
@@ -138,8 +139,8 @@ def _odd_cnn_onnx(path):
             self.stem = nn.Sequential(nn.Conv2d(3, 49, 3, 2, 1), nn.BatchNorm2d(49), nn.ReLU6())
             self.wino = nn.Conv2d(49, 49, 3, 1, 1)
             self.dw = nn.Sequential(nn.Conv2d(49, 49, 5, 1, 2, groups=49), nn.ReLU())
-            self.grouped = nn.Sequential(nn.Conv2d(49, 35, 3, 1, 1, groups=7), nn.SiLU(), nn.AvgPool2d(4))
-            self.head = nn.Linear(35 * 4 * 4, 501)
+            self.grouped = nn.Sequential(nn.Conv2d(49, 35, 3, 2, 1, groups=7), nn.SiLU(), nn.AvgPool2d(4))
+            self.head = nn.Linear(35 * 2 * 2, 501)
 
         def forward(self, x):
             h = self.stem(x)

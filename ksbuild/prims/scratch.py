@@ -127,9 +127,10 @@ CONV_PLAN_BYTES = 208
 """sizeof(convs::conv_plan): a conv_shape (21 int64), a bool padded to 8 bytes, 4 int64."""
 
 
-def _copies_image(s: ConvShape, size: int) -> bool:
+def _copies_image(s: ConvShape, size: int, t: Tiles) -> bool:
     pads = any(s.pad[a] > 0 or _extent(s, a) - s.pad[a] > s.inp[a] for a in range(3))
-    return pads or (_direct(s, size) and s.out[2] % _panel(size) != 0) or _phased(s, size)
+    return pads or (_direct(s, size) and s.out[2] % _panel(size) != 0) or _phased(s, size) or \
+        _flattened(s, size, t)
 
 
 def _phased(s: ConvShape, size: int) -> bool:
@@ -139,6 +140,28 @@ def _phased(s: ConvShape, size: int) -> bool:
     return s.groups == 1 and s.out[0] == 1 and s.inp[0] == 1 and s.kernel[0] == 1 and s.pad[0] == 0 and \
         s.stride[2] > 1 and s.dilation[1] == 1 and s.dilation[2] == 1 and s.out[2] >= 4 * _panel(size) and \
         s.kernel[1] >= s.stride[1] and s.kernel[2] >= s.stride[2] and fits
+
+
+def _flat_positions(s: ConvShape) -> int:
+    """convs::flat_positions: the output rows phase_cols apart."""
+    return (s.out[1] - 1) * -(-_extent(s, 2) // s.stride[2]) + s.out[2]
+
+
+def _flat_split(s: ConvShape) -> bool:
+    return s.stride[1] > 1 or s.stride[2] > 1
+
+
+def _flattened(s: ConvShape, size: int, t: Tiles) -> bool:
+    """convs::flattened<T>: a 2-d convolution over output rows as wide as the padded (or phase) rows."""
+    p, n = _panel(size), s.positions()
+    taps = not _flat_split(s) or (s.dilation[1] == 1 and s.dilation[2] == 1 and s.kernel[1] >= s.stride[1] and
+                                  s.kernel[2] >= s.stride[2])
+    fits = s.channels * s.stride[1] * s.stride[2] * (-(-_extent(s, 1) // s.stride[1]) + 1) * \
+        (-(-_extent(s, 2) // s.stride[2]) + 1) < 1 << 30
+    return s.out[0] == 1 and s.inp[0] == 1 and s.kernel[0] == 1 and s.pad[0] == 0 and not _few_positions(s) and \
+        s.groups > 1 and s.out_channels // s.groups <= 64 and s.depth() <= t.k_block and \
+        not _direct(s, size) and not _phased(s, size) and not _chunked(s, size, t) and taps and \
+        4 * -(-_flat_positions(s) // p) <= 5 * -(-n // p) and fits
 
 
 def _phase_planes(s: ConvShape) -> int:
@@ -157,12 +180,13 @@ def _direct(s: ConvShape, size: int) -> bool:
     return s.stride[2] == 1 and 2 * s.out[2] >= _panel(size) and s.channels * math.prod(s.inp) < 1 << 30
 
 
-def _padded_size(s: ConvShape, size: int) -> int:
-    if not _copies_image(s, size):
+def _padded_size(s: ConvShape, size: int, t: Tiles) -> int:
+    if not _copies_image(s, size, t):
         return 0
     plain = s.channels * _extent(s, 0) * _extent(s, 1) * _extent(s, 2)
     planes = s.channels * _phase_planes(s)
-    return (planes if _phased(s, size) and planes > plain else plain) + _panel(size)
+    split = _phased(s, size) or (_flattened(s, size, t) and _flat_split(s))
+    return (planes if split and planes > plain else plain) + _panel(size)
 
 
 def _block_columns(s: ConvShape, size: int, t: Tiles) -> int:
@@ -191,9 +215,11 @@ def _tiles_room(s: ConvShape, size: int, t: Tiles, packs: bool = True) -> int:
     packed = s.groups * -(-mg // t.row_block) * t.row_block * s.depth() if packs else 0
     panels = _k_step(s.depth(), t) * _block_columns(s, size, t)
     rest = _aligned(s.depth()) if _direct(s, size) or (_phased(s, size) and _aligned(s.depth()) > panels) else panels
+    if _flattened(s, size, t):  # (the offsets, then a block of results of a group)
+        rest = max(_aligned(s.depth()) + _aligned(mg * t.panels_per_block * _panel(size)), panels)
     columns = s.positions() * s.depth() if _few_positions(s) else 0
     tails = _aligned(s.out_channels * _panel(size)) if _chunked(s, size, t) else 0  # (convs::tails_room)
-    return _aligned(-(-CONV_PLAN_BYTES // size)) + _aligned(packed) + _aligned(_padded_size(s, size)) + \
+    return _aligned(-(-CONV_PLAN_BYTES // size)) + _aligned(packed) + _aligned(_padded_size(s, size, t)) + \
         _aligned(max(rest, columns)) + tails + _chunks_room(size, t)
 
 
@@ -204,7 +230,7 @@ def _few_positions(s: ConvShape) -> bool:
 def _packs_kernel(given: ConvShape, images: int, size: int, t: Tiles) -> bool:
     """convs::packs_kernel<T>: the tiles read the kernel more than once (kernel_passes of the run shape)."""
     s = _canonical(given)
-    if _copies_image(s, size):
+    if _copies_image(s, size, t):
         s = replace(s, inp=tuple(_extent(s, a) for a in range(3)), pad=(0, 0, 0))
     if images <= 0:
         return True
@@ -213,6 +239,8 @@ def _packs_kernel(given: ConvShape, images: int, size: int, t: Tiles) -> bool:
     if _phased(s, size):
         s = replace(s, inp=(1, -(-_extent(s, 1) // s.stride[1]), -(-_extent(s, 2) // s.stride[2])),
                     stride=(1, 1, 1), pad=(0, 0, 0))
+    elif _flattened(s, size, t):
+        return images * -(-_flat_positions(s) // (t.panels_per_block * _panel(size))) > 1
     return _kernel_passes(s, images, size, t) > 1
 
 
@@ -229,7 +257,7 @@ def conv_scratch(s: ConvShape, size: int, t: Tiles, rows: bool = False, images: 
     """ks::conv_scratch<T>(s, rows, images): ks::conv's (or, rows, ks::conv_rows') elements of T (`size` bytes each);
     images > 0: ks::conv_as's over that many images, without room for a kernel its method does not pack."""
     if rows:
-        return _aligned(_padded_size(s, size)) + _aligned(s.depth() * _block_columns(s, size, t)) + \
+        return _aligned(_padded_size(s, size, t)) + _aligned(s.depth() * _block_columns(s, size, t)) + \
             _chunks_room(size, t)
     return _tiles_room(_canonical(s), size, t, _packs_kernel(s, images, size, t))
 

@@ -107,11 +107,43 @@ constexpr int64_t phase_cols(const conv_shape& s) {
     return tiles::index_div(extent(s, 2) + s.stride[2] - 1, s.stride[2]);
 }
 
+// Whether a 2-d convolution runs flattened (method `flat`): the windows read straight from the padded image (stride 1)
+// or from its stride phases (split as for `phased`), each output row taken as wide as a row of what is read
+// (phase_cols: the padded width over the column stride), so that output position (oh, ow) is element oh · phase_cols
+// + ow of a flat run and the im2col row of every tap is one run of consecutive elements: panels of 16 positions cross
+// the output rows, nothing is packed per block, and the (kernel - 1) / stride columns past each output row are
+// computed and dropped (flat_out: the tiles store a block into scratch, copied out row by row). For the shapes the
+// other paths pack im2col blocks for (rows shorter than half a panel at stride 1: 7 × 7 maps; strided rows under four
+// panels), grouped, with at most flat_rows output channels per group (ResNeXt's grouped 3 × 3 layers at 7 × 7 and
+// stride 2: the copy of a group's im2col block was a third of their time); the flat run at most a quarter more
+// panels than the positions (a 5 × 5 map of a 3 × 3 kernel, 33 flat for 25: not), taps that reach every phase (not
+// a 1 × 1 stride-2 kernel), dilation 1 when strided.
+// The flat run's positions (flattened): the output rows phase_cols apart, the last one out[2] long.
+constexpr conv_dim flat_positions(const conv_shape& s) {
+    return conv_dim((s.out[1] - 1) * phase_cols(s) + s.out[2]);
+}
+
+// Whether the flat method reads the stride phases (a stride above 1), else the padded image.
+constexpr bool flat_split(const conv_shape& s) {
+    return s.stride[1] > 1 || s.stride[2] > 1;
+}
+
+template <class T>
+constexpr bool flattened(const conv_shape& s);  // (below, after chunked)
+
+// The most output channels per group the flat method takes (groups > 1): an im2col block packed for more is shared by
+// so many row tiles that its copy costs less than the tiles lose reading the windows where they lie (ResNet-18's
+// 3 × 3 stride-2 layers, 128-512 output channels: 128 -> 256 at 14 × 14 3-27% slower flat; ResNeXt's grouped layers,
+// 8-32 per group: 0.47-0.80 of the packed time). One group: not taken, whatever its channels, so that the parts of a
+// layer split by output channels (ks/parts.h, threads) run the method the whole layer's scratch was planned for
+// (whole groups per part keep a grouped layer's).
+constexpr conv_dim flat_rows = 64;
+
 // Whether the image is copied first: to pad it, or because the tiles of a direct convolution whose rows
 // end in a partial panel read up to a panel past them (the copy has that much room after it).
 template <class T>
 constexpr bool copies_image(const conv_shape& s) {
-    return needs_padding(s) || (direct<T>(s) && s.out[2] % panel_width<T> != 0) || phased<T>(s);
+    return needs_padding(s) || (direct<T>(s) && s.out[2] % panel_width<T> != 0) || phased<T>(s) || flattened<T>(s);
 }
 
 // The elements of the zero-padded copy of the image and its room after (0 when there is no copy); split into
@@ -120,8 +152,8 @@ template <class T>
 constexpr int64_t padded_size(const conv_shape& s) {
     const int64_t planes = s.stride[1] * s.stride[2] * phase_rows(s) * phase_cols(s);
     const int64_t plain = s.channels * extent(s, 0) * extent(s, 1) * extent(s, 2);
-    return copies_image<T>(s) ? (phased<T>(s) && s.channels * planes > plain ? s.channels * planes : plain) +
-                                    panel_width<T>
+    const bool split = phased<T>(s) || (flattened<T>(s) && flat_split(s));
+    return copies_image<T>(s) ? (split && s.channels * planes > plain ? s.channels * planes : plain) + panel_width<T>
                               : 0;
 }
 
@@ -527,8 +559,14 @@ template <class T>
 constexpr int64_t tiles_room(const conv_shape& s, bool packs = true) {
     const int64_t image = aligned(padded_size<T>(s));
     const int64_t panels = tiles::k_step(s.depth()) * block_columns<T>(s);  // (an im2col block; chunks too)
+    // flattened: the offsets, then a block of results of a group; at least an im2col block, which a part of the layer
+    // (ks/parts.h: whole groups, perhaps one) packs if it runs another method
+    const int64_t flat_block = aligned(s.depth()) +
+                               aligned(tiles::index_div(s.out_channels, s.groups) * position_block * panel_width<T>);
+    const int64_t flat = flat_block > panels ? flat_block : panels;
+    const int64_t phases = phased<T>(s) && aligned(s.depth()) > panels ? aligned(s.depth()) : panels;
     const int64_t rest = direct<T>(s) ? aligned(s.depth())  // (int32 offsets, one per element)
-                                      : (phased<T>(s) && aligned(s.depth()) > panels ? aligned(s.depth()) : panels);
+                                      : (flattened<T>(s) ? flat : phases);
     const int64_t columns = few_positions(s) ? s.positions() * s.depth() : 0;  // (the im2col matrix transposed)
     return plan_room<T>() + (packs ? aligned(packed_kernel_size(s)) : 0) + image +
            aligned(rest > columns ? rest : columns) + tails_room<T>(s) + chunks_room<T>();
@@ -548,7 +586,9 @@ constexpr conv_shape run_shape(const conv_shape& given) {
 // it more than once); images <= 0, not known: room for it all the same. (A batch-1 network's deep layers read their
 // kernel once: ResNet-18's 512-channel ones had 9.4 MB of scratch for a packed kernel they never made.)
 // (The methods: method_for below.)
-enum class method { few, direct_packed, direct, panels_packed, panels, chunks, phases_packed, phases };
+enum class method {
+    few, direct_packed, direct, panels_packed, panels, chunks, phases_packed, phases, flat_packed, flat
+};
 template <class T>
 constexpr method method_for(const conv_shape& s, int64_t images);
 
@@ -558,7 +598,8 @@ constexpr bool packs_kernel(const conv_shape& given, int64_t images) {
         return true;
     }
     const method m = method_for<T>(run_shape<T>(given), images);
-    return m == method::direct_packed || m == method::panels_packed || m == method::phases_packed;
+    return m == method::direct_packed || m == method::panels_packed || m == method::phases_packed ||
+           m == method::flat_packed;
 }
 
 }  // namespace convs
@@ -626,6 +667,73 @@ __attribute__((noinline)) void direct_group(const conv_shape& s, const T* x, con
     }
 }
 
+// Positions [j0, j0 + cols) of a flat run (flat_group: output rows s.in[2] apart) from the block of results at
+// from (rows fs apart) into y (rows n apart), the columns past each output row dropped; then the epilogue over each
+// row's part unless the tiles applied it (`done`: an affine epilogue, the same at every position).
+template <class T>
+__attribute__((noinline)) void flat_out(const conv_shape& s, conv_dim j0, conv_dim cols, conv_dim m, const T* from,
+                                        conv_dim fs, T* y, bool done, const epilogue<T>& epi) {
+    const conv_dim wide = s.in[2], ow = s.out[2], n = s.positions();
+    for (conv_dim oh = conv_dim(tiles::index_div(j0, wide)); oh < s.out[1] && oh * wide < j0 + cols; ++oh) {
+        const conv_dim a = j0 > oh * wide ? j0 : oh * wide;
+        const conv_dim b = j0 + cols < oh * wide + ow ? j0 + cols : oh * wide + ow;
+        if (a >= b) {
+            continue;
+        }
+        const conv_dim q = oh * ow + a - oh * wide, len = b - a;
+        for (conv_dim r = 0; r < m; ++r) {
+            const T* src = from + r * fs + (a - j0);
+            T* dst = y + r * n + q;
+            for (conv_dim u = 0; u < len; ++u) {
+                dst[u] = src[u];
+            }
+        }
+        if (!done) {
+            epi(0, q, y + q, n, 1, m, len);
+        }
+    }
+}
+
+#ifndef KS_FLAT_DEPTH
+#define KS_FLAT_DEPTH 96
+#endif
+// The im2col rows a block of flat_group's tiles reads before it stores: few enough that their rows of a block
+// (position_block panels, each row read where it lies, most straddling two cache lines) stay in the L1 cache while
+// every row tile reads them. (With k_step's 1024 they were read from L2 by each row tile, 30% slower than packed
+// panels.)
+template <class T>
+constexpr conv_dim flat_depth = KS_FLAT_DEPTH;
+
+// One group of one image by the flat method (flattened): s is the stride-1 shape over the padded image or one phase
+// plane (phase_shape), whose rows are s.in[2] wide; output position (oh, ow) is flat position oh · s.in[2] + ow, and
+// row p of the im2col matrix at flat positions [q, q + P) is P consecutive elements from x + offsets[p] + q. Per block
+// of position_block panels of flat positions, the tiles store into `block` (the group's rows, a block of columns
+// each), flat_out copies the output rows' parts into y.
+template <class T, bool PACKED>
+__attribute__((noinline)) void flat_group(const conv_shape& s, const T* x, const T* kernel, const int32_t* offsets,
+                                          T* block, T* y, const epilogue<T>& epi) {
+    constexpr int P = panel_width<T>;
+    const conv_dim mg = conv_dim(tiles::index_div(s.out_channels, s.groups)), depth = s.depth();
+    // (index_div: a 64-bit division by a variable is a call of libgcc's __aeabi_ldivmod on a Cortex-M)
+    const conv_dim columns = position_block * P;
+    const conv_dim parts = conv_dim(tiles::index_div(depth + flat_depth<T> - 1, flat_depth<T>));
+    const conv_dim step = conv_dim(tiles::index_div(depth + parts - 1, parts));
+    const conv_dim flat = (s.out[1] - 1) * s.in[2] + s.out[2];
+    const bool done = epi.run == nullptr;  // (an affine epilogue or none: applied by the tiles, whatever the position)
+    const epilogue<T> none{};
+    for (conv_dim j0 = 0; j0 < flat; j0 += columns) {
+        const conv_dim cols = flat - j0 < columns ? flat - j0 : columns;
+        for (conv_dim k0 = 0; k0 < depth; k0 += step) {
+            const conv_dim kc = depth - k0 < step ? depth - k0 : step;
+            conv_block<T, PACKED>(mg, kc, kernel_rows<T, PACKED>(kernel, depth, k0),
+                                  tiles::table_rows<T>{x + j0, offsets + k0, P, P},
+                                  static_cast<int>((cols + P - 1) / P), block, columns, cols, k0 > 0,
+                                  done && k0 + kc >= depth, 0, done ? epi : none);
+        }
+        flat_out<T>(s, j0, cols, mg, block, columns, y, done, epi);
+    }
+}
+
 // One group of one image, the im2col matrix packed into panels block by block.
 template <class T, bool PACKED>
 __attribute__((noinline)) void packed_group(const conv_shape& s, const T* x, const T* kernel, T* panels, chunks<T>& cs, T* y,
@@ -668,6 +776,20 @@ template <class T>
 constexpr bool chunked(const conv_shape& s) {
     return !few_positions(s) && !direct<T>(s) && s.groups == 1 && s.positions() <= position_block * panel_width<T> &&
            s.out_channels * s.depth() * int64_t(sizeof(T)) > 2 * chunk_bytes && tiles::k_step(s.depth()) >= s.taps();
+}
+
+template <class T>
+constexpr bool flattened(const conv_shape& s) {
+    constexpr conv_dim P = panel_width<T>;
+    const conv_dim n = s.positions(), flat = flat_positions(s);
+    const bool taps = !flat_split(s) || (s.dilation[1] == 1 && s.dilation[2] == 1 && s.kernel[1] >= s.stride[1] &&
+                                         s.kernel[2] >= s.stride[2]);
+    const bool few_rows = s.groups > 1 && tiles::index_div(s.out_channels, s.groups) <= flat_rows &&
+                          s.depth() <= tiles::k_block;  // (so that no part of one group runs by chunks)
+    return s.out[0] == 1 && s.in[0] == 1 && s.kernel[0] == 1 && s.pad[0] == 0 && n > 2 * tiles::dot_block &&
+           few_rows && !direct<T>(s) && !phased<T>(s) && !chunked<T>(s) && taps &&
+           4 * ((flat + P - 1) / P) <= 5 * ((n + P - 1) / P) &&
+           s.channels * s.stride[1] * s.stride[2] * (phase_rows(s) + 1) * (phase_cols(s) + 1) < (1ll << 30);
 }
 
 // Positions [full, full + tail) of the im2col rows [0, kc) of one image x (as pack_panels reads it) into columns
@@ -738,6 +860,22 @@ constexpr void split_span(const conv_shape& s, int64_t r, int64_t& i0, int64_t& 
     i1 = i1 < i0 ? i0 : i1;
 }
 
+// A split row's places (phase_cols) and the spans of its column phases 0 and 1 (split_span): the same for every row
+// of an image, so split_phases computes them once. (Per row, their five 64-bit divisions and split_phases' two were
+// most of split_row's time on short rows: ResNeXt's grouped 3 × 3 stride-2 layer from 14 × 14, flat, spent 37% of its
+// time splitting 1024 channels of 16 rows of 8 places.)
+struct row_spans {
+    conv_dim places, rows, a0, a1, b0, b1;  // (rows: the padded rows the planes hold, phase_rows · stride)
+};
+
+constexpr row_spans spans_of(const conv_shape& s) {
+    int64_t a0 = 0, a1 = 0, b0 = 0, b1 = 0;
+    split_span(s, 0, a0, a1);
+    split_span(s, 1, b0, b1);
+    return {conv_dim(phase_cols(s)), conv_dim(phase_rows(s) * s.stride[1]), conv_dim(a0), conv_dim(a1), conv_dim(b0),
+            conv_dim(b1)};
+}
+
 // Stride 2's two column phases of a row (place i of phase r: src[at + 2 i + r]): places [a0, a1) of phase 0 into
 // out, [b0, b1) of phase 1 into odd; both in one loop over the places both hold (GCC vectorizes that pair of
 // strided reads, not one alone), then the places only one phase holds.
@@ -778,16 +916,13 @@ inline void zero_outside(T* o, int64_t i0, int64_t i1, int64_t n) {
 // reads, not one alone: the element-wise bounds test per place had left the copy scalar, 100 us of MobileNet's
 // 3 × 224 × 224 stem).
 template <class T>
-KS_OWN_FRAME void split_row(const conv_shape& s, const T* src, T* out, int64_t plane) {
-    const int64_t sw = s.stride[2], pw = phase_cols(s), at = -s.pad[2];
-    int64_t a0, a1, b0, b1;
-    split_span(s, 0, a0, a1);
-    split_span(s, 1, b0, b1);
+KS_OWN_FRAME void split_row(const conv_shape& s, const T* src, T* out, int64_t plane, const row_spans& sp) {
+    const int64_t sw = s.stride[2], pw = sp.places, at = -s.pad[2];
     if (sw == 2) {
         T* odd = out + plane;
-        pair_phases(src, at, out, odd, a0, a1, b0, b1);
-        zero_outside(out, a0, a1, pw);
-        zero_outside(odd, b0, b1, pw);
+        pair_phases(src, at, out, odd, sp.a0, sp.a1, sp.b0, sp.b1);
+        zero_outside(out, sp.a0, sp.a1, pw);
+        zero_outside(odd, sp.b0, sp.b1, pw);
         return;
     }
     for (int64_t r = 0; r < sw; ++r) {
@@ -801,23 +936,60 @@ KS_OWN_FRAME void split_row(const conv_shape& s, const T* src, T* out, int64_t p
     }
 }
 
+// One channel x [h][w] split as split_row does with stride 2, for rows of a few panels: its planes zeroed first (one
+// memset of sh · 2 · plane places), then each image row's two column phases copied over their spans, one phase a
+// loop (pair_phases' vector loops, which rows this short never run, spilled into a frame of 0.6-0.9 KB here).
+template <class T>
+KS_OWN_FRAME void split_short_rows(const conv_shape& s, const T* x, T* out, int64_t plane, const row_spans& sp) {
+    const conv_dim sh = s.stride[1], pw = sp.places, at = -s.pad[2];
+    for (int64_t i = 0; i < sh * 2 * plane; ++i) {
+        out[i] = T(0);
+    }
+    conv_dim q = conv_dim(tiles::index_div(s.pad[1], sh)), r = s.pad[1] - q * sh;  // (image row sy: padded q · sh + r)
+    const conv_dim rows = s.in[1] < sp.rows - s.pad[1] ? s.in[1] : sp.rows - s.pad[1];  // (the rows the planes hold)
+    for (conv_dim sy = 0; sy < rows; ++sy) {
+        const T* src = x + sy * s.in[2] + at;
+        T* row = out + r * 2 * plane + q * pw;
+        for (conv_dim i = sp.a0; i < sp.a1; ++i) {
+            row[i] = src[2 * i];
+        }
+        for (conv_dim i = sp.b0; i < sp.b1; ++i) {
+            row[plane + i] = src[2 * i + 1];
+        }
+        if (++r == sh) {
+            r = 0;
+            ++q;
+        }
+    }
+}
+
 // One image x [C][h][w] (the given layout, s: its canonical shape) zero-padded and split into its stride phases at
 // dst [C][stride_h · stride_w][phase_rows][phase_cols] (phased), a panel of zeros after.
 template <class T>
 __attribute__((noinline)) void split_phases(const conv_shape& s, const T* x, T* dst) {
     const int64_t sh = s.stride[1], sw = s.stride[2], ph = phase_rows(s), pw = phase_cols(s);
-    const int64_t plane = ph * pw, e1 = ph * sh;
+    const int64_t plane = ph * pw;
+    const row_spans sp = spans_of(s);
+    // rows of a few panels (the flat method's) with stride 2: a channel's planes zeroed at once, then the spans of
+    // its image rows copied (split_row's zeros were a memset call or two per row, the row a call of its own)
+    const bool short_rows = sw == 2 && pw < 4 * panel_width<T>;
     for (int64_t c = 0; c < s.channels; ++c) {
         T* out = dst + c * sh * sw * plane;
-        for (int64_t y = 0; y < e1; ++y) {
-            const int64_t sy = y - s.pad[1];
-            T* row = out + tiles::index_mod(y, sh) * sw * plane + tiles::index_div(y, sh) * pw;
-            if (sy >= 0 && sy < s.in[1]) {
-                split_row<T>(s, x + (c * s.in[1] + sy) * s.in[2], row, plane);
-                continue;
-            }
-            for (int64_t r = 0; r < sw; ++r) {
-                zero_outside(row + r * plane, 0, 0, pw);
+        if (short_rows) {
+            split_short_rows<T>(s, x + c * s.in[1] * s.in[2], out, plane, sp);
+            continue;
+        }
+        for (int64_t q = 0; q < ph; ++q) {  // (padded row y = q · sh + r: row q of the phase planes of row phase r)
+            for (int64_t r = 0; r < sh; ++r) {
+                const int64_t sy = q * sh + r - s.pad[1];
+                T* row = out + r * sw * plane + q * pw;
+                if (sy >= 0 && sy < s.in[1]) {
+                    split_row<T>(s, x + (c * s.in[1] + sy) * s.in[2], row, plane, sp);
+                    continue;
+                }
+                for (int64_t u = 0; u < sw; ++u) {
+                    zero_outside(row + u * plane, 0, 0, pw);
+                }
             }
         }
     }
@@ -829,10 +1001,11 @@ __attribute__((noinline)) void split_phases(const conv_shape& s, const T* x, T* 
 
 // The offset of each im2col row (c, kh, kw) from the split image (split_phases), and the stride-1 shape over one
 // phase plane that direct_group runs with them.
+// (A group's rows: depth() of them.)
 __attribute__((noinline)) inline void phase_offsets(const conv_shape& s, int32_t* out) {
-    const int64_t sh = s.stride[1], sw = s.stride[2], plane = phase_rows(s) * phase_cols(s);
+    const int64_t sh = s.stride[1], sw = s.stride[2], plane = phase_rows(s) * phase_cols(s), depth = s.depth();
     int64_t p = 0;
-    for (int64_t c = 0; c < s.channels; ++c) {
+    for (int64_t c = 0; p < depth; ++c) {
         for (int64_t kh = 0; kh < s.kernel[1]; ++kh) {
             for (int64_t kw = 0; kw < s.kernel[2]; ++kw) {
                 const int64_t ih = tiles::index_div(kh, sh), iw = tiles::index_div(kw, sw);  // (row, column of the plane)
@@ -928,11 +1101,12 @@ __attribute__((noinline)) void chunk_images(const conv_shape& given, const conv_
 
 namespace convs {
 
-// ks::conv's plan for `given`: a constant in the generated code when the shapes are (its code then not linked);
-// images > 0: for that many images (conv_scratch<T>(given, false, images) elements), whose method may not pack the kernel.
+// ks::conv's plan for `given` written into p (plan_of: a constant in the generated code when the shapes are, its code
+// then not linked; plan_at: at the start of scratch); images > 0: for that many images (conv_scratch<T>(given, false,
+// images) elements), whose method may not pack the kernel.
 template <class T>
-constexpr conv_plan plan_of(const conv_shape& given, int64_t images = 0) {
-    conv_plan p{given, false, 0, 0, 0, 0};
+constexpr void plan_into(conv_plan& p, const conv_shape& given, int64_t images) {
+    p.s = given;
     to_canonical(p.s);
     p.copy = copies_image<T>(p.s);
     p.image = p.s.channels * p.s.in_plane();
@@ -943,14 +1117,22 @@ constexpr conv_plan plan_of(const conv_shape& given, int64_t images = 0) {
     if (p.copy) {
         to_padded(p.s);
     }
+}
+
+template <class T>
+constexpr conv_plan plan_of(const conv_shape& given, int64_t images = 0) {
+    conv_plan p{given, false, 0, 0, 0, 0};
+    plan_into<T>(p, given, images);
     return p;
 }
 
-// The same written at the start of scratch (not in ks::conv's frame).
+// The same written at the start of scratch (not in ks::conv's frame: plan_into writes it there, no copy of the
+// plan in plan_at's frame either, which held one beside packs_kernel's shapes, 560 B on x86-64's baseline level
+// with the flat method's tests inlined).
 template <class T>
 __attribute__((noinline)) const conv_plan& plan_at(T* scratch, const conv_shape& given) {
     conv_plan& p = *reinterpret_cast<conv_plan*>(scratch);
-    p = plan_of<T>(given);
+    plan_into<T>(p, given, 0);
     return p;
 }
 
@@ -989,6 +1171,10 @@ constexpr method method_for(const conv_shape& s, int64_t images) {  // (s: the p
     if (phased<T>(s)) {
         return kernel_passes<T>(phase_shape(s), images) > 1 ? method::phases_packed : method::phases;
     }
+    if (flattened<T>(s)) {
+        constexpr conv_dim block = position_block * panel_width<T>;
+        return images * ((flat_positions(s) + block - 1) / block) > 1 ? method::flat_packed : method::flat;
+    }
     const bool pack = kernel_passes<T>(s, images) > 1;
     if (direct<T>(s)) {
         return pack ? method::direct_packed : method::direct;
@@ -1012,7 +1198,9 @@ void conv_as(const convs::conv_plan& plan, const conv_shape& given, int64_t imag
     using convs::method;
     constexpr bool few = M == method::few, direct = M == method::direct_packed || M == method::direct;
     constexpr bool phases = M == method::phases_packed || M == method::phases;
-    constexpr bool pack = M == method::direct_packed || M == method::panels_packed || M == method::phases_packed;
+    constexpr bool flat = M == method::flat_packed || M == method::flat;
+    constexpr bool pack = M == method::direct_packed || M == method::panels_packed || M == method::phases_packed ||
+                          M == method::flat_packed;
     x = tiles::opaque(x);
     w = tiles::opaque(w);
     const conv_shape& s = plan.s;
@@ -1032,13 +1220,24 @@ void conv_as(const convs::conv_plan& plan, const conv_shape& given, int64_t imag
     if constexpr (phases) {
         convs::phase_offsets(s, offsets);
     }
+    const bool split = flat && convs::flat_split(s);  // (flat: the image split into phases, else padded)
+    if constexpr (flat) {
+        if (split) {
+            convs::phase_offsets(s, offsets);
+        } else {
+            convs::row_offsets(s, offsets);
+        }
+    }
+    // a channel's elements in the copy (the phase planes', when split)
+    const int64_t channel = split ? s.stride[1] * s.stride[2] * convs::phase_rows(s) * convs::phase_cols(s)
+                                  : s.in_plane();
     if constexpr (M == method::chunks) {
         return convs::chunks_all<T>(given, plan, images, x, w, padded, rest, cs, y, epi);
     }
     for (int64_t image = 0; image < images; ++image) {
         const T* xi = x + image * plan.image;
         if (plan.copy) {
-            if constexpr (phases) {
+            if (phases || split) {
                 convs::split_given<T>(given, xi, padded);
             } else {
                 convs::pad_given<T>(given, xi, padded);
@@ -1046,7 +1245,7 @@ void conv_as(const convs::conv_plan& plan, const conv_shape& given, int64_t imag
             xi = padded;
         }
         for (int64_t g = 0; g < s.groups; ++g) {
-            const T* xg = xi + g * tiles::index_div(s.channels, s.groups) * s.in_plane();
+            const T* xg = xi + g * tiles::index_div(s.channels, s.groups) * channel;
             T* yg = y + (image * s.out_channels + g * mg) * n;
             const epilogue<T> eg = epi.group(image, g * mg);
             const T* kernel = pack ? kernels + g * kernel_size : w + g * mg * depth;
@@ -1057,6 +1256,9 @@ void conv_as(const convs::conv_plan& plan, const conv_shape& given, int64_t imag
                 convs::direct_group<T, pack>(s, xg, kernel, offsets, yg, eg);
             } else if constexpr (phases) {
                 convs::direct_group<T, pack>(convs::phase_shape(s), xg, kernel, offsets, yg, eg);
+            } else if constexpr (flat) {
+                convs::flat_group<T, pack>(split ? convs::phase_shape(s) : s, xg, kernel, offsets,
+                                           rest + convs::aligned(depth), yg, eg);
             } else {
                 convs::packed_group<T, pack>(s, xg, kernel, rest, cs, yg, eg);
             }
@@ -1086,6 +1288,10 @@ void conv(const conv_shape& given, int64_t images, const T* x, const T* w, T* y,
         return conv_as<T, method::phases_packed>(plan, given, images, x, w, y, scratch, epi);
     case method::phases:
         return conv_as<T, method::phases>(plan, given, images, x, w, y, scratch, epi);
+    case method::flat_packed:
+        return conv_as<T, method::flat_packed>(plan, given, images, x, w, y, scratch, epi);
+    case method::flat:
+        return conv_as<T, method::flat>(plan, given, images, x, w, y, scratch, epi);
     }
 }
 

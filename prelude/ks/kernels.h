@@ -46,6 +46,8 @@ inline namespace KS_KERNELS {
     KS_CONV_METHOD(PREFIX, T, chunks)                                                                             \
     KS_CONV_METHOD(PREFIX, T, phases_packed)                                                                      \
     KS_CONV_METHOD(PREFIX, T, phases)                                                                             \
+    KS_CONV_METHOD(PREFIX, T, flat_packed)                                                                        \
+    KS_CONV_METHOD(PREFIX, T, flat)                                                                               \
     PREFIX void conv_winograd<T>(const conv_shape&, int64_t, const T*, const T*, T*, T*, const epilogue<T>&);     \
     PREFIX void conv_winograd_range<T>(const conv_shape&, int64_t, const T*, const T*, T*, T*, const epilogue<T>&, \
                                        int64_t, int64_t);                                                         \

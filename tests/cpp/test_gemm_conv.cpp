@@ -355,6 +355,58 @@ void phased_convs(uint64_t& state) {
     }
 }
 
+// 2-d convolutions whose im2col blocks would be packed (rows under half a panel at stride 1, rows under four panels
+// at stride 2 or 3): ks::conv's `flat` methods (ks/conv.h: flat_group, the output rows as wide as the padded or phase
+// rows, the columns past them dropped), which must be the method these shapes get: grouped 3 × 3 stride-2 layers at
+// odd sides, ResNeXt-like grouped 3 × 3 layers (groups 2 to 32, channels per group not multiples of 16), a 5 × 5
+// kernel, strides (1, 2) and 3, padding on one side or none; one image (the kernel read in place) and three (packed),
+// with and without an epilogue; stride-2 rows split at once (split_phases' short rows: 32 groups of 3 -> 5 channels
+// from 14 × 14, 15 groups from 20 × 17; 2 × 2 and 4 × 4 kernels without padding over an odd number of rows, the last
+// one read by no window and past the phase planes' rows); and five that
+// must not get it (a 1 × 1 stride-2 kernel, a 5 × 5 map of a 3 × 3 kernel
+// whose flat rows would be a third more panels, one group of 80 or of 19 output channels, 80 per group), checked
+// against the loops all the same.
+template <class T>
+void flat_convs(uint64_t& state) {
+    struct case_ {
+        int64_t channels, out_channels, groups, h, w, kh, kw, sh, sw, ph, pw;
+        bool flat;
+    };
+    constexpr bool wide_panels = ks::panel_width<T> == 16;  // (double's panels of 8: other shapes are direct)
+    const case_ cases[] = {{14, 20, 2, 29, 27, 3, 3, 2, 2, 1, 1, true},      {24, 40, 4, 15, 13, 3, 3, 2, 2, 1, 1, true},
+                           {9, 21, 3, 13, 15, 3, 3, 2, 2, 1, 0, true},       {64, 96, 32, 7, 7, 3, 3, 1, 1, 1, 1, wide_panels},
+                           {20, 30, 2, 9, 7, 3, 3, 1, 1, 1, 1, wide_panels}, {36, 18, 3, 14, 14, 3, 3, 2, 2, 1, 1, true},
+                           {12, 20, 4, 6, 6, 3, 3, 1, 1, 1, 1, wide_panels}, {8, 12, 2, 17, 25, 5, 5, 1, 2, 2, 2, true},
+                           {10, 14, 2, 31, 31, 3, 3, 3, 3, 1, 1, true},      {8, 10, 2, 33, 40, 1, 1, 2, 2, 0, 0, false},
+                           {6, 10, 2, 5, 5, 3, 3, 1, 1, 1, 1, false},        {24, 80, 1, 15, 13, 3, 3, 2, 2, 1, 1, false},
+                           {96, 160, 32, 14, 14, 3, 3, 2, 2, 1, 1, true},    {30, 45, 15, 20, 17, 3, 3, 2, 2, 1, 1, true},
+                           {12, 20, 4, 15, 21, 2, 2, 2, 2, 0, 0, true},      {16, 24, 4, 13, 19, 4, 4, 2, 2, 0, 0, true},
+                           {13, 19, 1, 29, 27, 3, 3, 2, 2, 1, 1, false},     {160, 160, 2, 15, 13, 3, 3, 2, 2, 1, 1, false}};
+    int trial = 0;
+    for (const case_& c : cases) {
+        ks::conv_shape s{c.channels, c.out_channels, c.groups, {1, c.h, c.w}, {}, {1, c.kh, c.kw}, {1, c.sh, c.sw},
+                         {1, 1, 1}, {0, c.ph, c.pw}};
+        s.out[0] = 1;
+        s.out[1] = (c.h + 2 * c.ph - c.kh) / c.sh + 1;
+        s.out[2] = (c.w + 2 * c.pw - c.kw) / c.sw + 1;
+        const ks::convs::method m = ks::convs::method_of<T>(s, 1);
+        const bool flat = m == ks::convs::method::flat || m == ks::convs::method::flat_packed;
+        report<T>(flat == c.flat ? 0.0 : 1e9, s.depth(), "conv: the flat method chosen", s.out_channels, s.positions(),
+                  s.depth(), 0);
+        // a part of the layer on a thread (ks/parts.h: whole groups, here one, which runs another method) fits the
+        // scratch planned for the whole layer
+        ks::conv_shape one = s;
+        one.groups = 1;
+        one.channels = s.channels / s.groups;
+        one.out_channels = s.out_channels / s.groups;
+        report<T>(ks::conv_scratch<T>(one) <= ks::conv_scratch<T>(s) ? 0.0 : 1e9, s.depth(), "conv: a group's scratch",
+                  one.out_channels, s.positions(), s.depth(), 0);
+        for (int images = 1; images <= 3; images += 2) {
+            check_conv<T>(s, images, (trial++ & 1) != 0, 0, state);
+        }
+    }
+}
+
 // Depthwise convolutions (one group per input channel, one or two output channels each) through
 // ks::conv_depthwise: rows from 1 to 150 columns (runs of 4 vectors and the vectors after them), strides and
 // dilations 1 to 3, padding on either side.
@@ -598,6 +650,8 @@ int main() {
     chunked_convs<double>(state);
     phased_convs<float>(state);
     phased_convs<double>(state);
+    flat_convs<float>(state);
+    flat_convs<double>(state);
     depthwise_convs<float>(state);
     depthwise_convs<double>(state);
     column_affines<float>(state);
