@@ -1593,6 +1593,27 @@ __attribute__((noinline)) bool output_tiles(const conv_shape& s, int64_t first, 
     return bad;
 }
 
+// The transformed image's runs as the products' panels (tiles::panel_rows), and what the tiles of the first panels
+// prefetch into L2 as they run: the next line of the transformed kernel's columns u_ξ[p][i + P...] (the rows of the
+// next row tiles), which the tiles of the later panels and row tiles then find in L2. u_ξ is read as columns, each k
+// row a cache line of its own (a layer's M floats apart): ResNet-18's 256-channel layers at 14 × 14 read 4 MB of it
+// per image, from L3, and on an Intel Xeon (family 6 model 207) whose hardware prefetchers did not fetch those lines
+// ahead each row tile waited on them: the layer took 1.65-1.7 times onnxruntime's time, 1.09-1.15 with this
+// (docs/performance.md, "Intel Xeon vs Zen 5").
+template <class T>
+struct kernel_ahead : tiles::panel_rows<T> {
+    const T* a;  // u_ξ from its block of channels on ([kc][M])
+    int64_t m;
+
+    // (block asks next(u + NP, NP, ...) of the tile at panel u and row tile `part`: u + NP == NP for the first panels)
+    tiles::ahead next(int u, int np, int64_t, int64_t part, int64_t) const {
+        if (!tiles::prefetch_ahead || u != np) {
+            return {};
+        }
+        return {reinterpret_cast<uintptr_t>(a + part * tiles::row_block + panel_width<T>), (m * int64_t(sizeof(T))) << 16};
+    }
+};
+
 // The 16 products of a block of `count` tiles, prod_ξ [M × tiles] = u_ξ [M × C] · v_ξ [C × tiles], by the register
 // tiles, one ξ and block of kc channels from k0 on at a time (tiles::block in a function of its own, flatten: the
 // tiles inlined there, where the strides of the transformed kernel and image runs are constants; inlined into
@@ -1604,8 +1625,9 @@ __attribute__((flatten)) KS_OWN_FRAME void point_products(int64_t rows, int64_t 
     constexpr int P = panel_width<T>, MR = tiles::row_block;
     constexpr int64_t RS = row_stride<T>;
     const tiles::row_tiles<T> a{u + k0 * m, 1, m, MR};
-    tiles::block<T, false, MR, tiles::never_affine>(rows, kc, a, tiles::panel_rows<T>{v + k0 * RS, RS, P}, panels, prod,
-                                                    RS, count, k0 > 0, k0 + kc >= channels, 0, epilogue<T>{});
+    const kernel_ahead<T> b{{v + k0 * RS, RS, P}, a.data, m};
+    tiles::block<T, false, MR, tiles::never_affine>(rows, kc, a, b, panels, prod, RS, count, k0 > 0, k0 + kc >= channels,
+                                                    0, epilogue<T>{});
 }
 
 // The 16 products of a block of `count` tiles (point_products for each ξ and block of channels), for `rows` output
