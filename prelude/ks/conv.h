@@ -1599,15 +1599,19 @@ __attribute__((noinline)) bool output_tiles(const conv_shape& s, int64_t first, 
 // row a cache line of its own (a layer's M floats apart): ResNet-18's 256-channel layers at 14 × 14 read 4 MB of it
 // per image, from L3, and on an Intel Xeon (family 6 model 207) whose hardware prefetchers did not fetch those lines
 // ahead each row tile waited on them: the layer took 1.65-1.7 times onnxruntime's time, 1.09-1.15 with this
-// (docs/performance.md, "Intel Xeon vs Zen 5").
+// (docs/performance.md, "Intel Xeon vs Zen 5"). Only when the whole transformed kernel is larger than
+// prefetched_kernel: a smaller one stays in L2 from one block of tiles to the next (64 channels: 256 KB).
+constexpr int64_t prefetched_kernel = 512 * 1024;
+
 template <class T>
 struct kernel_ahead : tiles::panel_rows<T> {
     const T* a;  // u_ξ from its block of channels on ([kc][M])
     int64_t m;
+    bool on;     // (the transformed kernel is larger than prefetched_kernel)
 
     // (block asks next(u + NP, NP, ...) of the tile at panel u and row tile `part`: u + NP == NP for the first panels)
     tiles::ahead next(int u, int np, int64_t, int64_t part, int64_t) const {
-        if (!tiles::prefetch_ahead || u != np) {
+        if (!tiles::prefetch_ahead || !on || u != np) {
             return {};
         }
         return {reinterpret_cast<uintptr_t>(a + part * tiles::row_block + panel_width<T>), (m * int64_t(sizeof(T))) << 16};
@@ -1625,7 +1629,7 @@ __attribute__((flatten)) KS_OWN_FRAME void point_products(int64_t rows, int64_t 
     constexpr int P = panel_width<T>, MR = tiles::row_block;
     constexpr int64_t RS = row_stride<T>;
     const tiles::row_tiles<T> a{u + k0 * m, 1, m, MR};
-    const kernel_ahead<T> b{{v + k0 * RS, RS, P}, a.data, m};
+    const kernel_ahead<T> b{{v + k0 * RS, RS, P}, a.data, m, 16 * channels * m * int64_t(sizeof(T)) > prefetched_kernel};
     tiles::block<T, false, MR, tiles::never_affine>(rows, kc, a, b, panels, prod, RS, count, k0 > 0, k0 + kc >= channels,
                                                     0, epilogue<T>{});
 }
