@@ -1614,7 +1614,8 @@ struct kernel_ahead : tiles::panel_rows<T> {
         if (!tiles::prefetch_ahead || !on || u != np) {
             return {};
         }
-        return {reinterpret_cast<uintptr_t>(a + part * tiles::row_block + panel_width<T>), (m * int64_t(sizeof(T))) << 16};
+        const int64_t at = part * tiles::row_block + panel_width<T>;  // (an address only: it may lie past u's end)
+        return {reinterpret_cast<uintptr_t>(a) + uintptr_t(at) * sizeof(T), (m * int64_t(sizeof(T))) << 16};
     }
 };
 
