@@ -1600,8 +1600,11 @@ __attribute__((noinline)) bool output_tiles(const conv_shape& s, int64_t first, 
 // per image, from L3, and on an Intel Xeon (family 6 model 207) whose hardware prefetchers did not fetch those lines
 // ahead each row tile waited on them: the layer took 1.65-1.7 times onnxruntime's time, 1.09-1.15 with this
 // (docs/performance.md, "Intel Xeon vs Zen 5"). Only when the whole transformed kernel is larger than
-// prefetched_kernel: a smaller one stays in L2 from one block of tiles to the next (64 channels: 256 KB).
+// prefetched_kernel: a smaller one stays in L2 from one block of tiles to the next (64 channels: 256 KB). Only with
+// 64-byte vectors (AVX-512: where it was measured; on x86-64-v3 it spilled one more value of point_products<double>,
+// a frame of 560 B): the other levels compile the products as before (kernel_prefetch).
 constexpr int64_t prefetched_kernel = 512 * 1024;
+constexpr bool kernel_prefetch = tiles::prefetch_ahead && tiles::vector_bytes == 64;
 
 template <class T>
 struct kernel_ahead : tiles::panel_rows<T> {
@@ -1630,9 +1633,15 @@ __attribute__((flatten)) KS_OWN_FRAME void point_products(int64_t rows, int64_t 
     constexpr int P = panel_width<T>, MR = tiles::row_block;
     constexpr int64_t RS = row_stride<T>;
     const tiles::row_tiles<T> a{u + k0 * m, 1, m, MR};
-    const kernel_ahead<T> b{{v + k0 * RS, RS, P}, a.data, m, 16 * channels * m * int64_t(sizeof(T)) > prefetched_kernel};
-    tiles::block<T, false, MR, tiles::never_affine>(rows, kc, a, b, panels, prod, RS, count, k0 > 0, k0 + kc >= channels,
-                                                    0, epilogue<T>{});
+    const tiles::panel_rows<T> runs{v + k0 * RS, RS, P};
+    if constexpr (kernel_prefetch) {
+        const kernel_ahead<T> b{runs, a.data, m, 16 * channels * m * int64_t(sizeof(T)) > prefetched_kernel};
+        tiles::block<T, false, MR, tiles::never_affine>(rows, kc, a, b, panels, prod, RS, count, k0 > 0,
+                                                        k0 + kc >= channels, 0, epilogue<T>{});
+    } else {
+        tiles::block<T, false, MR, tiles::never_affine>(rows, kc, a, runs, panels, prod, RS, count, k0 > 0,
+                                                        k0 + kc >= channels, 0, epilogue<T>{});
+    }
 }
 
 // The 16 products of a block of `count` tiles (point_products for each ξ and block of channels), for `rows` output
