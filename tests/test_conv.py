@@ -334,9 +334,11 @@ def test_winograd_float32_against_the_loops():
     np.testing.assert_allclose(winograd_untransform(winograd_transform(w)), w, rtol=1e-12, atol=1e-12)
     kernels = ('import torch\nimport torch.nn.functional as F\n\n\n'
                'def big(x: "f32[n, 32, 23, 37]", w: "f32[64, 32, 3, 3]") -> "f32[n, 64, 23, 37]":\n'
+               '    return F.conv2d(x, w, padding=1)\n\n\n'
+               'def wide(x: "f32[n, 72, 9, 13]", w: "f32[120, 72, 3, 3]") -> "f32[n, 120, 9, 13]":\n'
                '    return F.conv2d(x, w, padding=1)\n')
     manifest = ('[package]\nname = "wino32"\n[build]\ncpu = "native"\n[kernels.big]\npython = "k.py:big"\n'
-                '[exports]\nbig = "big"\n')
+                '[kernels.wide]\npython = "k.py:wide"\n[exports]\nbig = "big"\nwide = "wide"\n')
     with tempfile.TemporaryDirectory() as d:
         pkg, src = build_kernel_file(Path(d), kernels, manifest, "wino32")
         rng = np.random.default_rng(6)
@@ -345,6 +347,14 @@ def test_winograd_float32_against_the_loops():
         want = src.big(torch.tensor(x, dtype=torch.float64), torch.tensor(k, dtype=torch.float64)).numpy()
         got = pkg.big(x, k)
         assert np.abs(got - want).max() <= 2e-5 * np.abs(want).max()
+        # a transformed kernel over 512 KB (16 · 72 · 120 floats), which the first panels' tiles prefetch
+        # (winograd::kernel_ahead), 15 row tiles of 8 output channels, 35 tiles of an odd-sided image
+        x2 = rng.standard_normal((2, 72, 9, 13)).astype(np.float32)
+        k2 = rng.standard_normal((120, 72, 3, 3)).astype(np.float32)
+        want = src.wide(torch.tensor(x2, dtype=torch.float64), torch.tensor(k2, dtype=torch.float64)).numpy()
+        got = pkg.wide(x2, k2)
+        assert np.abs(got - want).max() <= 2e-5 * np.abs(want).max()
+        assert (pkg.root / "share" / "wino32" / "src" / "wino32.cpp").read_text().count("ks::conv_winograd<float>(") >= 2
         # an infinite pixel (Winograd's transforms would subtract it from itself: NaN) and an image near the
         # largest float (they would overflow): those images are computed again directly, as torch does
         x_inf, pos = np.abs(x), np.abs(k)

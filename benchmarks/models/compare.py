@@ -30,6 +30,10 @@ LAYERS = {  # name: (in channels, out channels, kernel, stride, pad, input side,
     "c64to128s2": (64, 128, 3, 2, 1, 56, 1),     # ResNet-18's 3 x 3 stride-2 layers
     "c128to256s2": (128, 256, 3, 2, 1, 28, 1),
     "c256to512s2": (256, 512, 3, 2, 1, 14, 1),
+    "c64_56": (64, 64, 3, 1, 1, 56, 1),          # ResNet-18's 3 x 3 stride-1 layers (Winograd, then chunks at 7 x 7)
+    "c128_28": (128, 128, 3, 1, 1, 28, 1),
+    "c256_14": (256, 256, 3, 1, 1, 14, 1),
+    "c512_7": (512, 512, 3, 1, 1, 7, 1),
     "g256_56s2": (256, 256, 3, 2, 1, 56, 32),    # ResNeXt-50 32x4d's grouped 3 x 3 layers
     "g256_28": (256, 256, 3, 1, 1, 28, 32),
     "g512_28s2": (512, 512, 3, 2, 1, 28, 32),

@@ -1799,6 +1799,35 @@ __attribute__((noinline)) bool output_tiles(const conv_shape& s, int64_t first, 
     return bad;
 }
 
+// The transformed image's runs as the products' panels (tiles::panel_rows), and what the tiles of the first panels
+// prefetch into L2 as they run: the next line of the transformed kernel's columns u_ξ[p][i + P...] (the rows of the
+// next row tiles), which the tiles of the later panels and row tiles then find in L2. u_ξ is read as columns, each k
+// row a cache line of its own (a layer's M floats apart): ResNet-18's 256-channel layers at 14 × 14 read 4 MB of it
+// per image, from L3, and on an Intel Xeon (family 6 model 207) whose hardware prefetchers did not fetch those lines
+// ahead each row tile waited on them: the layer took 1.65-1.7 times onnxruntime's time, 1.09-1.15 with this
+// (docs/performance.md, "Intel Xeon vs Zen 5"). Only when the whole transformed kernel is larger than
+// prefetched_kernel: a smaller one stays in L2 from one block of tiles to the next (64 channels: 256 KB). Only with
+// 64-byte vectors (AVX-512: where it was measured; on x86-64-v3 it spilled one more value of point_products<double>,
+// a frame of 560 B): the other levels compile the products as before (kernel_prefetch).
+constexpr int64_t prefetched_kernel = 512 * 1024;
+constexpr bool kernel_prefetch = tiles::prefetch_ahead && tiles::vector_bytes == 64;
+
+template <class T>
+struct kernel_ahead : tiles::panel_rows<T> {
+    const T* a;  // u_ξ from its block of channels on ([kc][M])
+    int64_t m;
+    bool on;     // (the transformed kernel is larger than prefetched_kernel)
+
+    // (block asks next(u + NP, NP, ...) of the tile at panel u and row tile `part`: u + NP == NP for the first panels)
+    tiles::ahead next(int u, int np, int64_t, int64_t part, int64_t) const {
+        if (!tiles::prefetch_ahead || !on || u != np) {
+            return {};
+        }
+        const int64_t at = part * tiles::row_block + panel_width<T>;  // (an address only: it may lie past u's end)
+        return {reinterpret_cast<uintptr_t>(a) + uintptr_t(at) * sizeof(T), (m * int64_t(sizeof(T))) << 16};
+    }
+};
+
 // The 16 products of a block of `count` tiles, prod_ξ [M × tiles] = u_ξ [M × C] · v_ξ [C × tiles], by the register
 // tiles, one ξ and block of kc channels from k0 on at a time (tiles::block in a function of its own, flatten: the
 // tiles inlined there, where the strides of the transformed kernel and image runs are constants; inlined into
@@ -1810,8 +1839,15 @@ __attribute__((flatten)) KS_OWN_FRAME void point_products(int64_t rows, int64_t 
     constexpr int P = panel_width<T>, MR = tiles::row_block;
     constexpr int64_t RS = row_stride<T>;
     const tiles::row_tiles<T> a{u + k0 * m, 1, m, MR};
-    tiles::block<T, false, MR, tiles::never_affine>(rows, kc, a, tiles::panel_rows<T>{v + k0 * RS, RS, P}, panels, prod,
-                                                    RS, count, k0 > 0, k0 + kc >= channels, 0, epilogue<T>{});
+    const tiles::panel_rows<T> runs{v + k0 * RS, RS, P};
+    if constexpr (kernel_prefetch) {
+        const kernel_ahead<T> b{runs, a.data, m, 16 * channels * m * int64_t(sizeof(T)) > prefetched_kernel};
+        tiles::block<T, false, MR, tiles::never_affine>(rows, kc, a, b, panels, prod, RS, count, k0 > 0,
+                                                        k0 + kc >= channels, 0, epilogue<T>{});
+    } else {
+        tiles::block<T, false, MR, tiles::never_affine>(rows, kc, a, runs, panels, prod, RS, count, k0 > 0,
+                                                        k0 + kc >= channels, 0, epilogue<T>{});
+    }
 }
 
 // The 16 products of a block of `count` tiles (point_products for each ξ and block of channels), for `rows` output
