@@ -32,10 +32,12 @@ threads up).
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib.util
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -268,6 +270,17 @@ def executorch_columns(name: str, model, x: np.ndarray, expected: np.ndarray, t_
     return f"{1e3 * t_et:.2f}", f"{t_ks / t_et:.2f}", f"{float(np.abs(run['y'] - expected).max()):.1e}"
 
 
+
+def scratch_folder(prefix: str) -> Path:
+    """A temporary folder for a run's ONNX files, packages and cache (about 0.5 GB for the four networks), removed
+    when the process exits unless KSBUILD_BENCH_KEEP is set (then its path is printed on stderr)."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    if os.environ.get("KSBUILD_BENCH_KEEP"):
+        print(f"(kept: {folder})", file=sys.stderr)
+    else:
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--models", nargs="+", default=None,
@@ -293,7 +306,7 @@ def main(argv=None) -> int:
 
     import ksbuild
     torch.set_num_threads(a.threads)
-    folder = Path(tempfile.mkdtemp(prefix="ksbuild-models-"))
+    folder = scratch_folder("ksbuild-models-")
     env = dict(os.environ, KSBUILD_CACHE=str(folder / "cache"))
     os.environ["KSBUILD_CACHE"] = env["KSBUILD_CACHE"]  # (ksbuild.build below: the same cache)
     warm = warm_kernel_layer(folder, env)

@@ -14,7 +14,9 @@ spent (1.0 when nothing ran on other threads), the .pte's size and the number of
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -23,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "onnx"))
-from bench import median_times  # noqa: E402
+from bench import median_times  # noqa: E402  (benchmarks/onnx/bench.py)
 
 
 def lowered(pt2: Path, folder: Path) -> tuple[Path, int]:
@@ -54,7 +56,9 @@ def main(argv=None) -> int:
     from executorch.extension.pybindings.portable_lib import _threadpool_get_thread_count, _unsafe_reset_threadpool
     from executorch.runtime import Runtime
     torch.set_num_threads(1)
-    pte, delegates = lowered(a.program, Path(tempfile.mkdtemp(prefix="ksbuild-executorch-")))
+    folder = Path(tempfile.mkdtemp(prefix="ksbuild-executorch-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # (the lowered program: only its time is kept)
+    pte, delegates = lowered(a.program, folder)
     _unsafe_reset_threadpool(a.threads)
     method = Runtime.get().load_program(pte).load_method("forward")
     x = torch.from_numpy(np.load(a.x))

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -65,7 +64,7 @@ def main(argv=None) -> int:
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     p.add_argument("--calls", type=int, default=24, help="calls at batch 1 (divided by the batch above it)")
     a = p.parse_args(argv)
-    folder = Path(tempfile.mkdtemp(prefix="ksbuild-thread-split-"))
+    folder = bench.scratch_folder("ksbuild-thread-split-")
     nets = bench.networks(224)
     print(f"| network | batch | contender | CPU ms, 1 thread | CPU ms, {a.threads} threads | calling thread's | "
           "calling thread / 1 thread |\n|---|---:|---|---:|---:|---:|---:|")
