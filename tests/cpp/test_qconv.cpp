@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 namespace {
@@ -324,11 +325,11 @@ void test_worst_case(int64_t trial) {
 }
 
 template <class TX, class TY>
-void test_types() {
+void test_types(int64_t trials) {
     for (int64_t trial = 0; trial < 12; ++trial) {
         test_worst_case<TX, TY>(trial);
     }
-    for (int64_t trial = 0; trial < 60; ++trial) {
+    for (int64_t trial = 0; trial < trials; ++trial) {
         test_conv<TX, TY>(trial, false);
         test_conv<TX, TY>(trial, true);
         test_conv<TX, TY>(trial, true, true);
@@ -340,11 +341,14 @@ void test_types() {
 
 }  // namespace
 
-int main() {
-    test_types<uint8_t, uint8_t>();
-    test_types<uint8_t, int8_t>();
-    test_types<int8_t, uint8_t>();
-    test_types<int8_t, int8_t>();
+// argv[1]: random trials per type pair, 60 by default (tests/test_qtile_aarch64.py runs 20 under qemu-aarch64, where
+// a trial costs 20-50 times as much: 66 s of CPU per run with 60).
+int main(int argc, char** argv) {
+    const int64_t trials = argc > 1 ? std::atoll(argv[1]) : 60;
+    test_types<uint8_t, uint8_t>(trials);
+    test_types<uint8_t, int8_t>(trials);
+    test_types<int8_t, uint8_t>(trials);
+    test_types<int8_t, int8_t>(trials);
 #ifdef KS_QTILE_SDOT
     std::printf("tile sdot\n");  // (tests/test_qtile_aarch64.py: an AArch64 build with the dot product)
 #endif
