@@ -22,9 +22,9 @@ Result names, when there is one per result, are printed in the result types: `->
 from __future__ import annotations
 
 import re
-from collections import Counter
+from collections import ChainMap, Counter
 from contextvars import ContextVar
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -92,24 +92,24 @@ class _Namer:
         return name
 
 
-def _func_lines(f: Func, head: str, namer: _Namer, depth: int, lines: list[str], outer: dict | None = None) -> None:
+def _func_lines(f: Func, head: str, namer: _Namer, depth: int, lines: list[str], outer: Mapping | None = None) -> None:
     """f's lines; `outer` names the enclosing functions' values (a body's result may be placed in the buffer of
     its equation's output)."""
     pad = INDENT * depth
     scope: dict[Var, str] = {}
     params = ", ".join(f"{namer.define(scope, p)}: {format_type(p.type)}" for p in f.params)
     lines.append(f"{pad}{head} {format_name(f.name)}({params}) -> ({_result_types(f)}) {{")
+    known = ChainMap(scope, outer or {})  # (a view, not a copy per equation: copies made long functions quadratic)
     for eqn in f.eqns:
-        known = {**(outer or {}), **scope}
-        lines.append(pad + INDENT + _eqn_line(eqn, namer, scope) + _placement(eqn, namer, {**known, **scope}))
+        lines.append(pad + INDENT + _eqn_line(eqn, namer, scope) + _placement(eqn, namer, known))
         for key, sub in func_params(eqn):
-            _func_lines(sub, f"{key} = func", namer, depth + 2, lines, {**known, **scope})
+            _func_lines(sub, f"{key} = func", namer, depth + 2, lines, known)
     results = ", ".join(_atom(r, scope) for r in f.results)
     lines.append(f"{pad}{INDENT}return {results}".rstrip())
     lines.append(f"{pad}}}")
 
 
-def _placement(eqn: Eqn, namer: _Namer, scope: dict[Var, str]) -> str:
+def _placement(eqn: Eqn, namer: _Namer, scope: Mapping[Var, str]) -> str:
     """A comment saying where the memory plan puts the equation's outputs (if there is a plan)."""
     if namer.plan is None:
         return ""

@@ -11,7 +11,7 @@ them: a Fire module's concatenation (SqueezeNet) moved five times the bytes of i
 """
 from __future__ import annotations
 
-from ..ir.core import Atom, Eqn, Func, Var
+from ..ir.core import Eqn, Func, Var
 from ..ir.types import dim_add
 from ..prims.lowering import join as join_prim
 from .dce import dce
@@ -25,15 +25,16 @@ def join(f: Func) -> Func:
 def _join(f: Func, memo: dict) -> Func:
     if id(f) in memo:
         return memo[id(f)]
-    made: dict[Var, Eqn] = {}
+    trees: dict[Var, tuple] = {}  # (the pieces of each pad or add tree made so far: each add looks at its operands')
     eqns, changed = [], False
     for e in f.eqns:
         e2 = _recursed(e, memo)
-        pieces = _pieces(e2.outs[0], made, e2) if e2.prim.name == "add" else None
-        if pieces is not None and _covers(pieces, e2.outs[0]):
-            e2 = Eqn(join_prim, tuple(x for _, x in pieces[1]), e2.outs, {"axis": pieces[0]}, e2.loc)
+        pieces = _pieces(e2, trees)
+        if e2.prim.name == "add" and pieces is not None and _covers(pieces, e2.outs[0]):
+            e2, pieces = Eqn(join_prim, tuple(x for _, x in pieces[1]), e2.outs, {"axis": pieces[0]}, e2.loc), None
         changed |= e2 is not e
-        made.update((v, e2) for v in e2.outs)
+        if pieces is not None:
+            trees[e2.outs[0]] = pieces
         eqns.append(e2)
     if not changed:
         memo[id(f)] = f
@@ -50,16 +51,15 @@ def _recursed(e: Eqn, memo: dict) -> Eqn:
     return e if all(params[k] is e.params[k] for k in params) else Eqn(e.prim, e.ins, e.outs, params, e.loc)
 
 
-def _pieces(v: Atom, made: dict, e: Eqn | None = None):
-    """(axis, [(lo, piece)]) when v is a pad, or an add of such trees along one axis, all of v's type."""
-    e = e if e is not None else made.get(v) if isinstance(v, Var) else None
-    if e is None:
-        return None
+def _pieces(e: Eqn, trees: dict):
+    """(axis, [(lo, piece)]) when e is a pad, or an add of such trees (trees: those of the equations before e)
+    along one axis, all of its result's type. Each add reads its operands' trees, so that a chain of n adds (a sum of
+    5000 terms) costs n steps, not n²."""
     if e.prim.name == "pad":
         return e.params["axis"], [(e.params["lo"], e.ins[0])]
     if e.prim.name != "add" or any(not isinstance(a, Var) or a.type != e.outs[0].type for a in e.ins):
         return None
-    left, right = _pieces(e.ins[0], made), _pieces(e.ins[1], made)
+    left, right = trees.get(e.ins[0]), trees.get(e.ins[1])
     if left is None or right is None or left[0] != right[0]:
         return None
     return left[0], left[1] + right[1]
