@@ -407,6 +407,29 @@ void flat_convs(uint64_t& state) {
     }
 }
 
+// Trial `trial` of the MobileNet-like depthwise shapes (3 or 5 wide, column stride 1 or 2, dilation 1): rows 1 to 40
+// outputs wide, padding of half the kernel, none or more on one side.
+ks::conv_shape mobile_depthwise_shape(int trial, int64_t channels) {
+    ks::conv_shape s{};
+    s.channels = s.groups = s.out_channels = channels;
+    s.in[0] = s.out[0] = s.kernel[0] = s.stride[0] = s.dilation[0] = 1;
+    const int64_t k = trial % 2 == 0 ? 3 : 5, stride = 1 + trial / 2 % 2, wide = 1 + trial / 4 % 40;
+    for (int a = 1; a < 3; ++a) {
+        s.kernel[a] = k;
+        s.stride[a] = a == 2 ? stride : 1 + trial % 3 % 2;
+        s.dilation[a] = 1;
+        s.pad[a] = trial % 5 == 0 ? 0 : trial % 5 == 1 ? k - 1 : k / 2;
+        const int64_t out = a == 2 ? wide : 1 + trial % 9;
+        s.out[a] = out;
+        s.in[a] = (out - 1) * s.stride[a] + k - 2 * s.pad[a] + (trial % 7 == 0 ? s.stride[a] - 1 : 0);
+        if (s.in[a] < 1) {
+            s.pad[a] = 0;
+            s.in[a] = (out - 1) * s.stride[a] + k;
+        }
+    }
+    return s;
+}
+
 // Depthwise convolutions (one group per input channel, one or two output channels each) through
 // ks::conv_depthwise: rows from 1 to 150 columns (runs of 4 vectors and the vectors after them), strides and
 // dilations 1 to 3, padding on either side.
@@ -433,23 +456,7 @@ void depthwise_convs(uint64_t& state) {
     // depthwise::across_reuse): rows 1 to 40 outputs wide (runs of 8, of 4 and the 1-3 after them), channel counts
     // that are not multiples of 16, padding of half the kernel (or none, or more on one side).
     for (int trial = 0; trial < 160; ++trial) {
-        ks::conv_shape s{};
-        s.channels = s.groups = s.out_channels = 5 + trial % 37;
-        s.in[0] = s.out[0] = s.kernel[0] = s.stride[0] = s.dilation[0] = 1;
-        const int64_t k = trial % 2 == 0 ? 3 : 5, stride = 1 + trial / 2 % 2, wide = 1 + trial / 4 % 40;
-        for (int a = 1; a < 3; ++a) {
-            s.kernel[a] = k;
-            s.stride[a] = a == 2 ? stride : 1 + trial % 3 % 2;
-            s.dilation[a] = 1;
-            s.pad[a] = trial % 5 == 0 ? 0 : trial % 5 == 1 ? k - 1 : k / 2;
-            const int64_t out = a == 2 ? wide : 1 + trial % 9;
-            s.out[a] = out;
-            s.in[a] = (out - 1) * s.stride[a] + k - 2 * s.pad[a] + (trial % 7 == 0 ? s.stride[a] - 1 : 0);
-            if (s.in[a] < 1) {
-                s.pad[a] = 0;
-                s.in[a] = (out - 1) * s.stride[a] + k;
-            }
-        }
+        const ks::conv_shape s = mobile_depthwise_shape(trial, 5 + trial % 37);
         check_conv<T>(s, 1 + trial % 2, trial & 8, 2, state);
     }
     // Planes of more than 3136 outputs (across channels on AVX-512 in bands of rows, ks::depthwise::band_rows;
@@ -610,23 +617,7 @@ void check_depthwise_cl(const ks::conv_shape& s, int64_t images, int epi_kind, u
 template <class T>
 void depthwise_cl_convs(uint64_t& state) {
     for (int trial = 0; trial < 160; ++trial) {
-        ks::conv_shape s{};
-        s.channels = s.groups = s.out_channels = 1 + trial % 37;
-        s.in[0] = s.out[0] = s.kernel[0] = s.stride[0] = s.dilation[0] = 1;
-        const int64_t k = trial % 2 == 0 ? 3 : 5, stride = 1 + trial / 2 % 2, wide = 1 + trial / 4 % 40;
-        for (int a = 1; a < 3; ++a) {
-            s.kernel[a] = k;
-            s.stride[a] = a == 2 ? stride : 1 + trial % 3 % 2;
-            s.dilation[a] = 1;
-            s.pad[a] = trial % 5 == 0 ? 0 : trial % 5 == 1 ? k - 1 : k / 2;
-            const int64_t out = a == 2 ? wide : 1 + trial % 9;
-            s.out[a] = out;
-            s.in[a] = (out - 1) * s.stride[a] + k - 2 * s.pad[a] + (trial % 7 == 0 ? s.stride[a] - 1 : 0);
-            if (s.in[a] < 1) {
-                s.pad[a] = 0;
-                s.in[a] = (out - 1) * s.stride[a] + k;
-            }
-        }
+        const ks::conv_shape s = mobile_depthwise_shape(trial, 1 + trial % 37);
         check_depthwise_cl<T>(s, 1 + trial % 2, trial % 3, state);
     }
     for (int trial = 0; trial < 160; ++trial) {
