@@ -3,6 +3,8 @@
 //
 //     g++ -std=c++17 -O3 -march=x86-64-v4 -Iprelude benchmarks/models/channels_last_layers.cpp -o /tmp/cl_layers
 //     ROUNDS=7 /tmp/cl_layers [NAME PARTS...]        e.g. /tmp/cl_layers dw5 "pw 960"
+//     ROUNDS=7 /tmp/cl_layers dw:K:S:C:SIDE pw:CIN:COUT:SIDE tr:C:SIDE ...  (those sizes, in that order; tr: a
+//     transposition [C, SIDE²] -> [SIDE², C] as "old", and back as "new")
 //
 // Each layer (one image, float, bias + ReLU6 as the affine epilogue), old and new called in turn ROUNDS times; a
 // sample is the thread CPU time of enough calls for about 20 ms, divided by them; printed: the medians (µs) and
@@ -168,6 +170,45 @@ void pointwise(const layer& l, uint64_t& st) {
     time_layer(l, old_call, new_call, &lambda_call, err);
 }
 
+// What a channels-last region's entry or exit costs: [C, H·W] -> [H·W, C] ("old") and back ("new"), 16 × 16 blocks
+// (whole blocks with literal bounds, which GCC turns into vector shuffles; the edges by plain loops).
+void transpose(const float* from, float* to, int64_t rows, int64_t cols) {  // to [cols, rows] = fromᵀ
+    const int64_t whole_r = rows / 16 * 16, whole_c = cols / 16 * 16;
+    for (int64_t r0 = 0; r0 < whole_r; r0 += 16) {
+        for (int64_t c0 = 0; c0 < whole_c; c0 += 16) {
+            float b[16][16];
+            for (int r = 0; r < 16; ++r) {
+                for (int c = 0; c < 16; ++c) {
+                    b[c][r] = from[(r0 + r) * cols + c0 + c];
+                }
+            }
+            for (int c = 0; c < 16; ++c) {
+                std::memcpy(to + (c0 + c) * rows + r0, b[c], sizeof b[c]);
+            }
+        }
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = r < whole_r ? whole_c : 0; c < cols; ++c) {
+            to[c * rows + r] = from[r * cols + c];
+        }
+    }
+}
+
+void transposes(const layer& l, uint64_t& st) {
+    const int64_t C = l.cin, n = l.side * l.side;
+    std::vector<float> x(C * n), t(C * n), y(C * n);
+    for (auto& v : x) v = noise(st);
+    const auto in_call = [&] { transpose(x.data(), t.data(), C, n); };
+    const auto out_call = [&] { transpose(t.data(), y.data(), n, C); };
+    in_call();
+    out_call();
+    double err = 0;
+    for (int64_t i = 0; i < C * n; ++i) {
+        err = std::max(err, double(std::fabs(x[i] - y[i])));
+    }
+    time_layer(l, in_call, out_call, static_cast<decltype(in_call)*>(nullptr), err);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -187,6 +228,25 @@ int main(int argc, char** argv) {
         {"pw 320>1280 x7", 320, 1280, 1, 1, 7},
     };
     uint64_t st = 7;
+    // (an argument "dw:K:S:C:SIDE", "pw:CIN:COUT:SIDE" or "tr:C:SIDE" times that layer alone: benchmarks/models/depthwise_layers.py
+    // passes a network's layers so)
+    bool specs = false;
+    for (int i = 1; i < argc; ++i) {
+        long a = 0, b = 0, c = 0, d = 0;
+        if (std::sscanf(argv[i], "dw:%ld:%ld:%ld:%ld", &a, &b, &c, &d) == 4) {
+            depthwise({argv[i], c, 0, a, b, d}, st);
+            specs = true;
+        } else if (std::sscanf(argv[i], "tr:%ld:%ld", &a, &b) == 2) {
+            transposes({argv[i], a, 0, 1, 1, b}, st);
+            specs = true;
+        } else if (std::sscanf(argv[i], "pw:%ld:%ld:%ld", &a, &b, &c) == 3) {
+            pointwise({argv[i], a, b, 1, 1, c}, st);
+            specs = true;
+        }
+    }
+    if (specs) {
+        return 0;
+    }
     for (const layer& l : layers) {
         bool chosen = argc < 2;
         for (int i = 1; i < argc; ++i) {

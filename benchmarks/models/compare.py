@@ -4,8 +4,9 @@ the kernels gains (docs/performance.md's old -> new figures on a loaded machine)
     python benchmarks/models/compare.py FOLDER OLD_CHECKOUT NAMES BATCHES      e.g.
     python benchmarks/models/compare.py /tmp/cmp /work/main resnet18,g1024_7 1,8
 
-Each name is a layer of LAYERS (a Conv with its bias and ReLU), resnet18 (benchmarks/onnx/resnet.py) or a held-out
-network of heldout.py; each is exported once by torch into FOLDER (a symbolic batch), and one package exporting them
+Each name is a layer of LAYERS (a Conv with its bias and ReLU), an image network of bench.py (benchmarks/onnx's
+resnet.py and mobilenets.py: resnet18, mobilenet_v2, mobilenet_v3_small, efficientnet_b0) or a held-out network of
+heldout.py; each is exported once by torch into FOLDER (a symbolic batch), and one package exporting them
 all is built twice, natively: by the ksbuild of OLD_CHECKOUT (a subprocess with that checkout first on PYTHONPATH) and
 by the ksbuild this script imports.
 Both are loaded (ksbuild.load) and checked against onnxruntime; then per batch, 1 thread, thread CPU time, the median
@@ -62,9 +63,10 @@ def model(name: str):
         return Conv().eval(), (cin, side, side)
     sys.path.insert(0, str(HERE))
     sys.path.insert(0, str(HERE.parent / "onnx"))
-    if name == "resnet18":
-        from resnet import resnet18
-        return resnet18(), (3, 224, 224)
+    from mobilenets import MODELS as MOBILE
+    from resnet import MODELS as NETS
+    if name in NETS or name in MOBILE:  # (bench.py's image networks: resnet18, mobilenet_v2, mobilenet_v3_small, ...)
+        return {**NETS, **MOBILE}[name][0](), (3, 224, 224)
     from heldout import MODELS
     return MODELS[name](), (3, 224, 224)
 

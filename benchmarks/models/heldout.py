@@ -1,7 +1,8 @@
 """Held-out networks for benchmarks/README.md's checks (torchvision cannot be installed beside the venv's torch): the
-layouts of torchvision's resnext50_32x4d, googlenet and squeezenet1_1 written out here, random weights, eval mode, the
-batch norms' running statistics drawn at random. Not part of bench.py's table: run by hand against a change
-(benchmarks/models/compare.py builds two ksbuild versions of them and times both in turn with onnxruntime).
+layouts of torchvision's resnext50_32x4d, googlenet, squeezenet1_1 and mobilenet_v3_large written out here, random
+weights, eval mode, the batch norms' running statistics drawn at random. Not part of bench.py's table: run by hand
+against a change (benchmarks/models/compare.py builds two ksbuild versions of them and times both in turn with
+onnxruntime).
 """
 from __future__ import annotations
 
@@ -142,5 +143,44 @@ def resnext_like():
     return resnext50_32x4d((1, 1, 1, 1))
 
 
+def mobilenet_v3_large():
+    """torchvision's mobilenet_v3_large (width 1.0), from benchmarks/onnx/mobilenets.py's blocks: a 3×3 stride-2 stem
+    with hardswish, 15 inverted residual blocks (3×3 and 5×5 depthwise, ReLU or hardswish, squeeze-excite with ReLU
+    and hardsigmoid), a 1×1 convolution to 960 channels, global average pooling, 960 -> 1280 (hardswish) -> 1000
+    linear layers; batch norms with eps 0.001. A depthwise network bench.py does not time."""
+    import sys
+    from pathlib import Path
+
+    import torch
+    from torch import nn
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "onnx"))
+    from mobilenets import _conv, _inverted, _make_divisible, _squeeze_excite
+    eps, re, hs = 1e-3, nn.ReLU, nn.Hardswish
+    # (in, kernel, expanded, out, squeeze-excite, activation, stride): torchvision's table for "mobilenet_v3_large"
+    table = [(16, 3, 16, 16, False, re, 1), (16, 3, 64, 24, False, re, 2), (24, 3, 72, 24, False, re, 1),
+             (24, 5, 72, 40, True, re, 2), (40, 5, 120, 40, True, re, 1), (40, 5, 120, 40, True, re, 1),
+             (40, 3, 240, 80, False, hs, 2), (80, 3, 200, 80, False, hs, 1), (80, 3, 184, 80, False, hs, 1),
+             (80, 3, 184, 80, False, hs, 1), (80, 3, 480, 112, True, hs, 1), (112, 3, 672, 112, True, hs, 1),
+             (112, 5, 672, 160, True, hs, 2), (160, 5, 960, 160, True, hs, 1), (160, 5, 960, 160, True, hs, 1)]
+
+    class MobileNetV3Large(nn.Module):
+        def __init__(self):
+            super().__init__()
+            blocks = [_inverted(cin, k, h, cout,
+                                _squeeze_excite(h, _make_divisible(h // 4), nn.ReLU, nn.Hardsigmoid) if se else None,
+                                act, s, eps) for cin, k, h, cout, se, act, s in table]
+            self.features = nn.Sequential(*_conv(3, 16, 3, 2, act=hs, eps=eps), *blocks,
+                                          *_conv(160, 960, 1, act=hs, eps=eps))
+            self.classifier = nn.Sequential(nn.Linear(960, 1280), nn.Hardswish(), nn.Dropout(0.2),
+                                            nn.Linear(1280, 1000))
+
+        def forward(self, x):
+            x = nn.functional.adaptive_avg_pool2d(self.features(x), 1)
+            return self.classifier(x.flatten(1))
+
+    torch.manual_seed(0)
+    return _random_statistics(MobileNetV3Large())
+
+
 MODELS = {"resnext50_32x4d": resnext50_32x4d, "resnext_like": resnext_like, "googlenet": googlenet,
-          "squeezenet1_1": squeezenet1_1}
+          "squeezenet1_1": squeezenet1_1, "mobilenet_v3_large": mobilenet_v3_large}
