@@ -3,7 +3,8 @@
 Requires: a lowered Func (fused, contractions selected). Guarantees: the same Func carrying a
 `Plan` that places every value which needs memory of its own (a tensor made by an equation
 that is not a view):
-- `arg k`: a top-level result written straight into the caller's k-th output argument;
+- `arg k`: a top-level result written straight into the caller's k-th output argument, or a temporary that
+  such a result then overwrites elementwise (`reuse`: the exps of a softmax's gradient computed in its output);
 - `into v`: the result of an if-branch or a call written straight into the buffer of v, the
   enclosing equation's output;
 - `row v`: a loop body's per-iteration result written straight into its row of v, the loop's
