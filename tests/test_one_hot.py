@@ -127,7 +127,21 @@ def values_and_indices(x: "float[n, k]") -> "float[n]":
 
 def first_max_down(x: "float[n, k]") -> "i64[k]":
     return torch.argmax(x, dim=0)
+
+
+def row_extrema(x: "float[n, k]") -> "float[n]":
+    y = x * 2.0
+    return torch.amax(y, dim=1) * 10.0 + torch.amin(y, dim=1)
+
+
+def row_extrema_40(x: "float[n, 40]") -> "float[n]":
+    return torch.amax(x, dim=1) * 10.0 + torch.amin(x, dim=1)
+
+
+def whole_max(x: "float[n]") -> float:
+    return torch.max(x)
 '''
+EXTREMA = ("row_extrema", "row_extrema_40", "whole_max")
 
 
 @pytest.fixture(scope="module")
@@ -140,8 +154,9 @@ def compiled(tmp_path_factory):
     (root / "k.py").write_text(COMPILED)
     (root / "manifest.toml").write_text('[package]\nname = "one_hot_c"\n[build]\ndtype = "float64"\n[kernels]\n'
                                         + "".join(f'{k} = {{ python = "k.py:{k}" }}\n' for k in
-                                                  ("kmeans", "values_and_indices", "first_max_down"))
+                                                  ("kmeans", "values_and_indices", "first_max_down", *EXTREMA))
                                         + '[exports]\nvalues_and_indices = "values_and_indices"\n'
+                                        + "".join(f'{k} = "{k}"\n' for k in EXTREMA) +
                                         'first_max_down = "first_max_down"\n'
                                         'kmeans_grad = "grad(kmeans, argnums=(0, 1))"\n'
                                         'kmeans_dir = "jvp(grad(kmeans, argnums=1), argnums=1, primals=True)"\n')
@@ -179,3 +194,33 @@ def test_compiled_kmeans_derivatives_match_torch(compiled):
         np.testing.assert_allclose(g, want[1], rtol=1e-12, atol=1e-12)
         first = np.argmin(((p[:, None, :] - c[None]) ** 2).sum(2), axis=1)  # H·1 = 2 · (points nearest each centroid)
         np.testing.assert_allclose(h, 2.0 * np.bincount(first, minlength=6)[:, None] * np.ones_like(c))
+
+
+def signed_zeros_nans_infs(rng, shape) -> np.ndarray:
+    """Whole numbers with ties, -0.0 beside +0.0, infinities and a few NaN rows' worth of NaNs."""
+    x = rng.integers(-2, 3, size=shape).astype(np.float64)
+    x[rng.uniform(size=shape) < 0.3] = -0.0
+    x[rng.uniform(size=shape) < 0.05] = np.inf
+    x[rng.uniform(size=shape) < 0.05] = -np.inf
+    x[rng.uniform(size=shape) < 0.02] = np.nan
+    return x
+
+
+@pytest.mark.parametrize("k", [1, 7, 31, 32, 33, 100, 257])
+def test_compiled_max_min_rows_match_numpy(compiled, k):
+    """Plain max and min reductions (amax, amin, max): rows of 32 or more are two vectorized reductions each, the
+    numbers' extremum and whether there is a NaN (codegen/fusion.py, VECTOR_ROW), shorter ones the running max or
+    min; a run-time row length chooses between them, a literal one (40) has the vector loop only. Both give
+    numpy's values at odd sizes, NaN (anywhere in a row: NaN), infinities, and ties of -0.0 and +0.0 (either zero:
+    assert_array_equal takes -0.0 == 0.0), and on rows that are all -0.0, all -inf or all NaN."""
+    rng = np.random.default_rng(k)
+    x = signed_zeros_nans_infs(rng, (9, k))
+    x[0], x[1], x[2] = -0.0, -np.inf, np.nan
+    y = x * 2.0
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(compiled.row_extrema(x), y.max(1) * 10.0 + y.min(1))
+        np.testing.assert_array_equal(compiled.whole_max(x[3:].ravel()), x[3:].max())
+        clean = np.where(np.isnan(x[3:]), 1.0, x[3:]).ravel()
+        np.testing.assert_array_equal(compiled.whole_max(clean), clean.max())
+        forty = signed_zeros_nans_infs(rng, (k, 40))
+        np.testing.assert_array_equal(compiled.row_extrema_40(forty), forty.max(1) * 10.0 + forty.min(1))

@@ -39,7 +39,8 @@ def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
     accs = [_accumulator(w, e, e.outs[0] in targets) if k not in twins else "" for k, e in enumerate(reductions)]
     best = {k: _best(w, e, accs[k]) for k, e in enumerate(reductions) if e.prim.reduction.startswith("arg")}
     accs = [best[twins[k]] if k in twins else a for k, a in enumerate(accs)]  # (the extremum its position's sweep has)
-    floats = [k for k in best if reductions[k].ins[0].type.dtype in ("f32", "f64")]
+    floats = [k for k, e in enumerate(reductions) if e.ins[0].type.dtype in ("f32", "f64") and k not in twins
+              and (k in best or e.prim.reduction in ("max", "min"))]  # (an arg one's extremum, a plain max or min)
     row = numel(shape[len(shape) - n_red:])
     long_rows = bool(floats) and (not isinstance(row, int) or row >= VECTOR_ROW)
     nans = {k: _nan_flag(w) for k in floats} if long_rows else {}
@@ -49,12 +50,14 @@ def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
         w.line(f"if ({dim_expr(row)} >= {VECTOR_ROW}) {{")
         w.depth += 1
         _first_sweep(*sweep, nans)
-        _position_sweep(w, inner_eqns, reductions, arg, outer, shape, n_red, True)
+        if best:
+            _position_sweep(w, inner_eqns, reductions, arg, outer, shape, n_red, True)
         w.depth -= 1
         w.line("} else {")
         w.depth += 1
         _first_sweep(*sweep, {})
-        _position_sweep(w, inner_eqns, reductions, arg, outer, shape, n_red, False)
+        if best:
+            _position_sweep(w, inner_eqns, reductions, arg, outer, shape, n_red, False)
         w.depth -= 1
         w.line("}")
     else:
@@ -70,10 +73,12 @@ def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
 
 
 VECTOR_ROW = 32
-"""Rows of at least this many elements have the extremum of an arg reduction as two vectorized reductions (the
-numbers' extremum and whether there is a NaN: 1.5x faster than the running max or min at kmeans' rows of 1000)
-and its position as an `omp simd` min; shorter ones the running max or min and a plain loop for the position (at
-10 elements the vector loops' set-up and lane reductions cost more: kmeans' J at k = 10 15-25% slower)."""
+"""Rows of at least this many elements have the float max or min of a max / min reduction, or the extremum of an
+arg reduction, as two vectorized reductions (the numbers' extremum and whether there is a NaN: 1.5x faster than
+the running max or min at kmeans' rows of 1000; the running max's select on NaN is a chain GCC 12 does not
+vectorize) and an arg reduction's position as an `omp simd` min; shorter ones the running max or min and a plain
+loop for the position (at 10 elements the vector loops' set-up and lane reductions cost more: kmeans' J at k = 10
+15-25% slower). A tie of -0.0 and +0.0 then gives either zero (the lanes' order), as numpy's vectorized max."""
 
 
 def _first_sweep(w: Writer, body, inner_eqns, reductions, accs, best, twins, stores, outer, shape, n_red: int,
@@ -85,7 +90,8 @@ def _first_sweep(w: Writer, body, inner_eqns, reductions, accs, best, twins, sto
     parts, start, end = _blocks(w, shape[-1], [a for a, e in zip(accs, reductions) if _blocked(e, n_red, shape)])
     updated = [parts.get(a, a) for a in accs]
     clauses = [f"reduction(+:{', '.join(parts.get(a, a) for a in sums)})"] if sums else []
-    clauses += [f"reduction({reductions[k].prim.reduction[3:]}:{best[k]}) reduction(|:{flag})"
+    extremum = {k: best.get(k, updated[k]) for k in nans}  # (an arg reduction's extremum, a plain one's accumulator)
+    clauses += [f"reduction({reductions[k].prim.reduction.removeprefix('arg')}:{extremum[k]}) reduction(|:{flag})"
                 for k, flag in nans.items()]
     if parts:  # the last axis in blocks: the float sums add up per block, then block by block
         inner = [w.namer.index(w.depth + 1)]
@@ -100,8 +106,8 @@ def _first_sweep(w: Writer, body, inner_eqns, reductions, accs, best, twins, sto
         e.prim.emit(w, e)
     for k, (acc, e) in enumerate(zip(updated, reductions)):
         if k in nans:  # (the extremum of the numbers and whether there is a NaN: two reductions that vectorize)
-            x, op = w.scalar(e.ins[0]), "<" if e.prim.reduction == "argmin" else ">"
-            w.line(f"{best[k]} = {x} {op} {best[k]} ? {x} : {best[k]};")
+            x, op = w.scalar(e.ins[0]), "<" if e.prim.reduction.endswith("min") else ">"
+            w.line(f"{extremum[k]} = {x} {op} {extremum[k]} ? {x} : {extremum[k]};")
             w.line(f"{nans[k]} |= {x} != {x};")
         elif k in best:  # (its extremum first, as a max or min reduction's; the position in the sweep below)
             w.line(REDUCE_UPDATE[e.prim.reduction[3:]].format(a=best[k], x=w.scalar(e.ins[0])))
@@ -116,7 +122,7 @@ def _first_sweep(w: Writer, body, inner_eqns, reductions, accs, best, twins, sto
         w.close_loops(1)
     for k, flag in nans.items():  # (a NaN is the extremum, as running_min and running_max make it)
         nan = f'static_cast<{w.ctype(reductions[k].ins[0].type)}>(__builtin_nan(""))'
-        w.line(f"{best[k]} = {flag} ? {nan} : {best[k]};")
+        w.line(f"{extremum[k]} = {flag} ? {nan} : {extremum[k]};")
 
 
 def _merged_views(w: Writer, eqn: Eqn, body, shape, targets: dict, n_red: int):

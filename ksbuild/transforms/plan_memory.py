@@ -3,7 +3,8 @@
 Requires: a lowered Func (fused, contractions selected). Guarantees: the same Func carrying a
 `Plan` that places every value which needs memory of its own (a tensor made by an equation
 that is not a view):
-- `arg k`: a top-level result written straight into the caller's k-th output argument;
+- `arg k`: a top-level result written straight into the caller's k-th output argument, or a temporary that
+  such a result then overwrites elementwise (`reuse`: the exps of a softmax's gradient computed in its output);
 - `into v`: the result of an if-branch or a call written straight into the buffer of v, the
   enclosing equation's output;
 - `row v`: a loop body's per-iteration result written straight into its row of v, the loop's
@@ -124,17 +125,30 @@ class _Walk:
     results: set = field(default_factory=set)      # every body's results
     tiles: tuple = ALL_TILES                       # the levels' register tiles the scratch is sized for
     scratch: dict = field(default_factory=dict)    # a kernel call -> [its scratch's bytes, first, last position]
+    outputs: dict = field(default_factory=dict)    # a top-level result -> its output argument
+    top_eqns: frozenset = frozenset()              # the ids of the top-level function's equations
 
     def top(self, f: Func) -> None:
         dests = {}
         for k, r in enumerate(f.results):
             if isinstance(r, Var) and r not in f.params and r.type.rank and r not in dests:
                 dests[r] = k
+        self.outputs, self.top_eqns = dests, frozenset(map(id, f.eqns))
         self.body(f, dests=None)
         for v, k in dests.items():
-            if self.root.get(v) is v and v not in self.places:
+            r = self.root.get(v)
+            if r is v and v not in self.places:
                 self.places[v] = Place("arg", k)
+            elif v in self.places and self.places[v].kind == "reuse" and self._scratch_output(r, v):
+                self.places[r] = Place("arg", k)  # (v is written over r's value in the output: see simple)
         self.read_all(f.results)
+
+    def _scratch_output(self, r, v: Var) -> bool:
+        """Whether buffer r, which top-level result v overwrites in place, may be the output argument v is written
+        to: a buffer of v's type that an equation made (not a parameter, nor already placed), that no other result
+        lives in."""
+        return r is not None and r is not v and r in self.defined and r not in self.places and r.type == v.type \
+            and r not in self.outputs and not any(self.root.get(u) is r for u in self.outputs if u is not v)
 
     # ---- lifetimes -----------------------------------------------------------------------------
 
@@ -270,9 +284,19 @@ class _Walk:
         after a product the epilogue could not take (a reshape between them: an RNN's input projection) then needs
         no second buffer of the product's size."""
         body: Func = eqn.params["body"]
-        if len(eqn.outs) != 1 or eqn.outs[0] in self.results or not all(e.prim.elementwise for e in body.eqns):
-            return None  # (a body's result is written where the enclosing equation wants it instead)
-        return next((k for k, a in enumerate(eqn.ins) if isinstance(a, Var) and a.type == eqn.outs[0].type), None)
+        out = eqn.outs[0] if len(eqn.outs) == 1 else None
+        if out is None or not all(e.prim.elementwise for e in body.eqns):
+            return None
+        if out in self.results:  # (a body's result is written where the enclosing equation wants it instead)
+            if not (id(eqn) in self.top_eqns and out in self.outputs):
+                return None
+            # a top-level result made elementwise from a temporary of its type (lse's gradient, exp(x - a) / Σ,
+            # from the exps): the temporary is computed in the output argument and the result overwrites it there
+            # (top: no workspace for it, one buffer less in cache). The C ABI lets no input overlap an output of a
+            # function of more than one equation (codegen/aliasing.py), so the temporary clobbers no input.
+            return next((k for k, a in enumerate(eqn.ins) if isinstance(a, Var) and a.type == out.type
+                         and self._scratch_output(self.root.get(a), out)), None)
+        return next((k for k, a in enumerate(eqn.ins) if isinstance(a, Var) and a.type == out.type), None)
 
     def unreshaped(self, v: Atom) -> Atom:
         """The value v is a reshape of (through reshapes: the same elements in the same order), else v."""

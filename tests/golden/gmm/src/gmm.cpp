@@ -136,12 +136,26 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
     // gmm.py:51, 53
     for (int64_t i = 0; i < n; ++i) {
         double scores_max_i = ks::lowest<double>();
-        for (int64_t j = 0; j < K; ++j) {
-            const double ipow_mahalanobis_sum_i = ipow_mahalanobis_sum[i * K + j];
-            const double base_i = base[j];
-            const double scores_i = (base_i - (0.5 * ipow_mahalanobis_sum_i));
-            scores[i * K + j] = scores_i;
-            scores_max_i = ks::running_max(scores_max_i, scores_i);
+        int64_t has_nan = 0;
+        if (K >= 32) {
+            KS_OMP_SIMD(reduction(max:scores_max_i) reduction(|:has_nan))
+            for (int64_t j = 0; j < K; ++j) {
+                const double ipow_mahalanobis_sum_i = ipow_mahalanobis_sum[i * K + j];
+                const double base_i = base[j];
+                const double scores_i = (base_i - (0.5 * ipow_mahalanobis_sum_i));
+                scores[i * K + j] = scores_i;
+                scores_max_i = scores_i > scores_max_i ? scores_i : scores_max_i;
+                has_nan |= scores_i != scores_i;
+            }
+            scores_max_i = has_nan ? static_cast<double>(__builtin_nan("")) : scores_max_i;
+        } else {
+            for (int64_t j = 0; j < K; ++j) {
+                const double ipow_mahalanobis_sum_i = ipow_mahalanobis_sum[i * K + j];
+                const double base_i = base[j];
+                const double scores_i = (base_i - (0.5 * ipow_mahalanobis_sum_i));
+                scores[i * K + j] = scores_i;
+                scores_max_i = ks::running_max(scores_max_i, scores_i);
+            }
         }
         scores_max[i] = scores_max_i;
     }
@@ -173,9 +187,20 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
     }
     // gmm.py:53 (continued)
     double alphas_max = ks::lowest<double>();
-    for (int64_t i = 0; i < K; ++i) {
-        const double alphas_i = alphas[i];
-        alphas_max = ks::running_max(alphas_max, alphas_i);
+    int64_t has_nan = 0;
+    if (K >= 32) {
+        KS_OMP_SIMD(reduction(max:alphas_max) reduction(|:has_nan))
+        for (int64_t i = 0; i < K; ++i) {
+            const double alphas_i = alphas[i];
+            alphas_max = alphas_i > alphas_max ? alphas_i : alphas_max;
+            has_nan |= alphas_i != alphas_i;
+        }
+        alphas_max = has_nan ? static_cast<double>(__builtin_nan("")) : alphas_max;
+    } else {
+        for (int64_t i = 0; i < K; ++i) {
+            const double alphas_i = alphas[i];
+            alphas_max = ks::running_max(alphas_max, alphas_i);
+        }
     }
     const double select_alphas_max = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
     // gmm.py:53 (continued)
@@ -349,12 +374,26 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         double* const scores_max = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K));
         for (int64_t i = 0; i < n; ++i) {
             double scores_max_i = ks::lowest<double>();
-            for (int64_t j = 0; j < K; ++j) {
-                const double ipow_mahalanobis_sum_i = ipow_mahalanobis_sum[i * K + j];
-                const double base_i = base[j];
-                const double scores_i = (base_i - (0.5 * ipow_mahalanobis_sum_i));
-                scores[i * K + j] = scores_i;
-                scores_max_i = ks::running_max(scores_max_i, scores_i);
+            int64_t has_nan = 0;
+            if (K >= 32) {
+                KS_OMP_SIMD(reduction(max:scores_max_i) reduction(|:has_nan))
+                for (int64_t j = 0; j < K; ++j) {
+                    const double ipow_mahalanobis_sum_i = ipow_mahalanobis_sum[i * K + j];
+                    const double base_i = base[j];
+                    const double scores_i = (base_i - (0.5 * ipow_mahalanobis_sum_i));
+                    scores[i * K + j] = scores_i;
+                    scores_max_i = scores_i > scores_max_i ? scores_i : scores_max_i;
+                    has_nan |= scores_i != scores_i;
+                }
+                scores_max_i = has_nan ? static_cast<double>(__builtin_nan("")) : scores_max_i;
+            } else {
+                for (int64_t j = 0; j < K; ++j) {
+                    const double ipow_mahalanobis_sum_i = ipow_mahalanobis_sum[i * K + j];
+                    const double base_i = base[j];
+                    const double scores_i = (base_i - (0.5 * ipow_mahalanobis_sum_i));
+                    scores[i * K + j] = scores_i;
+                    scores_max_i = ks::running_max(scores_max_i, scores_i);
+                }
             }
             scores_max[i] = scores_max_i;
         }
@@ -392,19 +431,29 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     }(K, n);
     // gmm.py:53 (continued)
     double alphas_max = ks::lowest<double>();
-    for (int64_t i = 0; i < K; ++i) {
-        const double alphas_i = alphas[i];
-        alphas_max = ks::running_max(alphas_max, alphas_i);
+    int64_t has_nan = 0;
+    if (K >= 32) {
+        KS_OMP_SIMD(reduction(max:alphas_max) reduction(|:has_nan))
+        for (int64_t i = 0; i < K; ++i) {
+            const double alphas_i = alphas[i];
+            alphas_max = alphas_i > alphas_max ? alphas_i : alphas_max;
+            has_nan |= alphas_i != alphas_i;
+        }
+        alphas_max = has_nan ? static_cast<double>(__builtin_nan("")) : alphas_max;
+    } else {
+        for (int64_t i = 0; i < K; ++i) {
+            const double alphas_i = alphas[i];
+            alphas_max = ks::running_max(alphas_max, alphas_i);
+        }
     }
     const double select_alphas_max = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
-    double* const exp_sub_alphas = reinterpret_cast<double*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
     // gmm.py:53 (continued)
     double exp_sub_alphas_sum = 0;
     KS_OMP_SIMD(reduction(+:exp_sub_alphas_sum))
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
         const double exp_sub_alphas_i = ks::exp((alphas_i - select_alphas_max));
-        exp_sub_alphas[i] = exp_sub_alphas_i;
+        out_d_alphas[i] = exp_sub_alphas_i;
         exp_sub_alphas_sum += exp_sub_alphas_i;
     }
     const double t1 = (0.5 * ks::ipow<2>(wishart_gamma));
@@ -439,7 +488,7 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     [=](auto K, auto n) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         double* const d_scores = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K));
-        double* const d_scores_sum = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))));
+        double* const d_scores_sum = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
         for (int64_t i = 0; i < K; ++i) {
             d_scores_sum[i] = 0;
         }
@@ -535,7 +584,7 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     // gmm.py:32, 48
     [=](auto K, auto d, auto T, auto icf) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const d_scores_sum = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))));
+        double* const d_scores_sum = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
         double* const d_qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d));
         for (int64_t i = 0; i < K; ++i) {
             for (int64_t j = 0; j < d; ++j) {
@@ -549,18 +598,17 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         }
     }(K, d, T, icf);
     // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
-    [=](auto K, auto d, auto T) KS_STEP {
+    [=](auto K, auto d, auto T, auto out_d_icf) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         uint8_t* const i_eq_j = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<double>(K * d * d));
         double* const r = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
         uint8_t* const select_i_eq_j = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d));
         double* const d_Qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n));
         double* const d_qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d));
-        double* const index_add_d_icf = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d));
-        double* const index_add_d_q = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T));
-        double* const index_add_d_icf_k = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d));
+        double* const index_add_d_q = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d));
+        double* const index_add_d_icf_k = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(d));
         for (int64_t i = 0; i < K * T; ++i) {
-            index_add_d_icf[i] = 0.0;
+            out_d_icf[i] = 0.0;
         }
         // gmm.py:47 (continued)
         for (int64_t k = K - 1; k >= 0; --k) {
@@ -587,18 +635,18 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             }
             // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
             for (int64_t i = 0; i < T; ++i) {
-                index_add_d_icf[k * T + i] += index_add_d_icf_k[i];
+                out_d_icf[k * T + i] += index_add_d_icf_k[i];
             }
             // gmm.py:47 (continued)
             for (int64_t i = 0; i < d; ++i) {
                 d_qs[k * d + i] += index_add_d_q[i];
             }
         }
-    }(K, d, T);
+    }(K, d, T, out_d_icf);
     // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
     [=](auto K, auto d, auto T, auto icf) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const d_ls = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T));
+        double* const d_ls = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T));
         for (int64_t i = 0; i < K; ++i) {
             for (int64_t j = 0; j < (T - d); ++j) {
                 const double ls_i = icf[d + i * T + j];
@@ -610,8 +658,8 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     // gmm.py:46: ls = icf[:, d:]
     [=](auto K, auto d, auto T) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const d_ls = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T));
-        double* const pad_d_ls = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)));
+        double* const d_ls = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T));
+        double* const pad_d_ls = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)));
         for (int64_t i = 0; i < K; ++i) {
             for (int64_t j = 0; j < d; ++j) {
                 pad_d_ls[i * T + j] = 0.0;
@@ -628,7 +676,7 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     [=](auto K, auto d, auto T) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         double* const d_qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d));
-        double* const pad_index_add_d_qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T));
+        double* const pad_index_add_d_qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T));
         for (int64_t i = 0; i < K; ++i) {
             for (int64_t j = 0; j < (T - d); ++j) {
                 pad_index_add_d_qs[d + i * T + j] = 0.0;
@@ -644,11 +692,10 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     // gmm.py:48, 53
     [=](auto K, auto out_d_alphas) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const exp_sub_alphas = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
-        double* const d_scores_sum = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))));
+        double* const d_scores_sum = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
         for (int64_t i = 0; i < K; ++i) {
-            const double exp_sub_alphas_i = exp_sub_alphas[i];
-            const double d_alphas_i = ks::mulz(t2, exp_sub_alphas_i);
+            const double out_d_alphas_i = out_d_alphas[i];
+            const double d_alphas_i = ks::mulz(t2, out_d_alphas_i);
             const double d_scores_sum_i = d_scores_sum[i];
             const double d_alphas_i1 = (d_alphas_i + d_scores_sum_i);
             out_d_alphas[i] = d_alphas_i1;
@@ -657,13 +704,12 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     // gmm.py:45, 46
     [=](auto K, auto T, auto out_d_icf) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        double* const index_add_d_icf = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d));
-        double* const pad_d_ls = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)));
-        double* const pad_index_add_d_qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T));
+        double* const pad_d_ls = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)));
+        double* const pad_index_add_d_qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T));
         for (int64_t i = 0; i < (K*T); ++i) {
-            const double index_add_d_icf_i = index_add_d_icf[i];
+            const double out_d_icf_i = out_d_icf[i];
             const double pad_d_ls_i = pad_d_ls[i];
-            const double d_icf_i = (index_add_d_icf_i + pad_d_ls_i);
+            const double d_icf_i = (out_d_icf_i + pad_d_ls_i);
             const double pad_index_add_d_qs_i = pad_index_add_d_qs[i];
             const double d_icf_i1 = (d_icf_i + pad_index_add_d_qs_i);
             out_d_icf[i] = d_icf_i1;
@@ -681,7 +727,7 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
 }
 
 size_t gmm_gmm_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
+    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
 }
 
 
@@ -785,12 +831,26 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
     // gmm.py:51, 53
     for (int64_t i = 0; i < n; ++i) {
         float scores_max_i = ks::lowest<float>();
-        for (int64_t j = 0; j < K; ++j) {
-            const float ipow_mahalanobis_sum_i = ipow_mahalanobis_sum[i * K + j];
-            const float base_i = base[j];
-            const float scores_i = (base_i - (0.5f * ipow_mahalanobis_sum_i));
-            scores[i * K + j] = scores_i;
-            scores_max_i = ks::running_max(scores_max_i, scores_i);
+        int64_t has_nan = 0;
+        if (K >= 32) {
+            KS_OMP_SIMD(reduction(max:scores_max_i) reduction(|:has_nan))
+            for (int64_t j = 0; j < K; ++j) {
+                const float ipow_mahalanobis_sum_i = ipow_mahalanobis_sum[i * K + j];
+                const float base_i = base[j];
+                const float scores_i = (base_i - (0.5f * ipow_mahalanobis_sum_i));
+                scores[i * K + j] = scores_i;
+                scores_max_i = scores_i > scores_max_i ? scores_i : scores_max_i;
+                has_nan |= scores_i != scores_i;
+            }
+            scores_max_i = has_nan ? static_cast<float>(__builtin_nan("")) : scores_max_i;
+        } else {
+            for (int64_t j = 0; j < K; ++j) {
+                const float ipow_mahalanobis_sum_i = ipow_mahalanobis_sum[i * K + j];
+                const float base_i = base[j];
+                const float scores_i = (base_i - (0.5f * ipow_mahalanobis_sum_i));
+                scores[i * K + j] = scores_i;
+                scores_max_i = ks::running_max(scores_max_i, scores_i);
+            }
         }
         scores_max[i] = scores_max_i;
     }
@@ -832,9 +892,20 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
     }
     // gmm.py:53 (continued)
     float alphas_max = ks::lowest<float>();
-    for (int64_t i = 0; i < K; ++i) {
-        const float alphas_i = alphas[i];
-        alphas_max = ks::running_max(alphas_max, alphas_i);
+    int64_t has_nan = 0;
+    if (K >= 32) {
+        KS_OMP_SIMD(reduction(max:alphas_max) reduction(|:has_nan))
+        for (int64_t i = 0; i < K; ++i) {
+            const float alphas_i = alphas[i];
+            alphas_max = alphas_i > alphas_max ? alphas_i : alphas_max;
+            has_nan |= alphas_i != alphas_i;
+        }
+        alphas_max = has_nan ? static_cast<float>(__builtin_nan("")) : alphas_max;
+    } else {
+        for (int64_t i = 0; i < K; ++i) {
+            const float alphas_i = alphas[i];
+            alphas_max = ks::running_max(alphas_max, alphas_i);
+        }
     }
     const float select_alphas_max = ((ks::abs(alphas_max) == __builtin_huge_valf()) ? 0.0f : alphas_max);
     // gmm.py:53 (continued)
@@ -1024,12 +1095,26 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
         float* const scores_max = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K));
         for (int64_t i = 0; i < n; ++i) {
             float scores_max_i = ks::lowest<float>();
-            for (int64_t j = 0; j < K; ++j) {
-                const float ipow_mahalanobis_sum_i = ipow_mahalanobis_sum[i * K + j];
-                const float base_i = base[j];
-                const float scores_i = (base_i - (0.5f * ipow_mahalanobis_sum_i));
-                scores[i * K + j] = scores_i;
-                scores_max_i = ks::running_max(scores_max_i, scores_i);
+            int64_t has_nan = 0;
+            if (K >= 32) {
+                KS_OMP_SIMD(reduction(max:scores_max_i) reduction(|:has_nan))
+                for (int64_t j = 0; j < K; ++j) {
+                    const float ipow_mahalanobis_sum_i = ipow_mahalanobis_sum[i * K + j];
+                    const float base_i = base[j];
+                    const float scores_i = (base_i - (0.5f * ipow_mahalanobis_sum_i));
+                    scores[i * K + j] = scores_i;
+                    scores_max_i = scores_i > scores_max_i ? scores_i : scores_max_i;
+                    has_nan |= scores_i != scores_i;
+                }
+                scores_max_i = has_nan ? static_cast<float>(__builtin_nan("")) : scores_max_i;
+            } else {
+                for (int64_t j = 0; j < K; ++j) {
+                    const float ipow_mahalanobis_sum_i = ipow_mahalanobis_sum[i * K + j];
+                    const float base_i = base[j];
+                    const float scores_i = (base_i - (0.5f * ipow_mahalanobis_sum_i));
+                    scores[i * K + j] = scores_i;
+                    scores_max_i = ks::running_max(scores_max_i, scores_i);
+                }
             }
             scores_max[i] = scores_max_i;
         }
@@ -1072,12 +1157,22 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     }(K, n);
     // gmm.py:53 (continued)
     float alphas_max = ks::lowest<float>();
-    for (int64_t i = 0; i < K; ++i) {
-        const float alphas_i = alphas[i];
-        alphas_max = ks::running_max(alphas_max, alphas_i);
+    int64_t has_nan = 0;
+    if (K >= 32) {
+        KS_OMP_SIMD(reduction(max:alphas_max) reduction(|:has_nan))
+        for (int64_t i = 0; i < K; ++i) {
+            const float alphas_i = alphas[i];
+            alphas_max = alphas_i > alphas_max ? alphas_i : alphas_max;
+            has_nan |= alphas_i != alphas_i;
+        }
+        alphas_max = has_nan ? static_cast<float>(__builtin_nan("")) : alphas_max;
+    } else {
+        for (int64_t i = 0; i < K; ++i) {
+            const float alphas_i = alphas[i];
+            alphas_max = ks::running_max(alphas_max, alphas_i);
+        }
     }
     const float select_alphas_max = ((ks::abs(alphas_max) == __builtin_huge_valf()) ? 0.0f : alphas_max);
-    float* const exp_sub_alphas = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
     // gmm.py:53 (continued)
     float exp_sub_alphas_sum = 0;
     for (int64_t block = 0; block < K; block += 512) {
@@ -1087,7 +1182,7 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
         for (int64_t i = block; i < block_end; ++i) {
             const float alphas_i = alphas[i];
             const float exp_sub_alphas_i = ks::exp((alphas_i - select_alphas_max));
-            exp_sub_alphas[i] = exp_sub_alphas_i;
+            out_d_alphas[i] = exp_sub_alphas_i;
             exp_sub_alphas_sum_block += exp_sub_alphas_i;
         }
         exp_sub_alphas_sum += exp_sub_alphas_sum_block;
@@ -1124,7 +1219,7 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     [=](auto K, auto n) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         float* const d_scores = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K));
-        float* const d_scores_sum = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))));
+        float* const d_scores_sum = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
         for (int64_t i = 0; i < K; ++i) {
             d_scores_sum[i] = 0;
         }
@@ -1220,7 +1315,7 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     // gmm.py:32, 48
     [=](auto K, auto d, auto T, auto icf) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const d_scores_sum = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))));
+        float* const d_scores_sum = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
         float* const d_qs = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d));
         for (int64_t i = 0; i < K; ++i) {
             for (int64_t j = 0; j < d; ++j) {
@@ -1234,18 +1329,17 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
         }
     }(K, d, T, icf);
     // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
-    [=](auto K, auto d, auto T) KS_STEP {
+    [=](auto K, auto d, auto T, auto out_d_icf) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         uint8_t* const i_eq_j = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<float>(K * d * d));
         float* const r = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
         uint8_t* const select_i_eq_j = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d));
         float* const d_Qs = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n));
         float* const d_qs = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d));
-        float* const index_add_d_icf = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d));
-        float* const index_add_d_q = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T));
-        float* const index_add_d_icf_k = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d));
+        float* const index_add_d_q = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d));
+        float* const index_add_d_icf_k = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(d));
         for (int64_t i = 0; i < K * T; ++i) {
-            index_add_d_icf[i] = 0.0f;
+            out_d_icf[i] = 0.0f;
         }
         // gmm.py:47 (continued)
         for (int64_t k = K - 1; k >= 0; --k) {
@@ -1272,18 +1366,18 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
             }
             // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
             for (int64_t i = 0; i < T; ++i) {
-                index_add_d_icf[k * T + i] += index_add_d_icf_k[i];
+                out_d_icf[k * T + i] += index_add_d_icf_k[i];
             }
             // gmm.py:47 (continued)
             for (int64_t i = 0; i < d; ++i) {
                 d_qs[k * d + i] += index_add_d_q[i];
             }
         }
-    }(K, d, T);
+    }(K, d, T, out_d_icf);
     // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
     [=](auto K, auto d, auto T, auto icf) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const d_ls = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T));
+        float* const d_ls = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T));
         for (int64_t i = 0; i < K; ++i) {
             for (int64_t j = 0; j < (T - d); ++j) {
                 const float ls_i = icf[d + i * T + j];
@@ -1295,8 +1389,8 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     // gmm.py:46: ls = icf[:, d:]
     [=](auto K, auto d, auto T) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const d_ls = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T));
-        float* const pad_d_ls = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)));
+        float* const d_ls = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T));
+        float* const pad_d_ls = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)));
         for (int64_t i = 0; i < K; ++i) {
             for (int64_t j = 0; j < d; ++j) {
                 pad_d_ls[i * T + j] = 0.0f;
@@ -1313,7 +1407,7 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     [=](auto K, auto d, auto T) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         float* const d_qs = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d));
-        float* const pad_index_add_d_qs = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * T));
+        float* const pad_index_add_d_qs = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * T));
         for (int64_t i = 0; i < K; ++i) {
             for (int64_t j = 0; j < (T - d); ++j) {
                 pad_index_add_d_qs[d + i * T + j] = 0.0f;
@@ -1329,11 +1423,10 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     // gmm.py:48, 53
     [=](auto K, auto out_d_alphas) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const exp_sub_alphas = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
-        float* const d_scores_sum = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))));
+        float* const d_scores_sum = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
         for (int64_t i = 0; i < K; ++i) {
-            const float exp_sub_alphas_i = exp_sub_alphas[i];
-            const float d_alphas_i = ks::mulz(t2, exp_sub_alphas_i);
+            const float out_d_alphas_i = out_d_alphas[i];
+            const float d_alphas_i = ks::mulz(t2, out_d_alphas_i);
             const float d_scores_sum_i = d_scores_sum[i];
             const float d_alphas_i1 = (d_alphas_i + d_scores_sum_i);
             out_d_alphas[i] = d_alphas_i1;
@@ -1342,13 +1435,12 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     // gmm.py:45, 46
     [=](auto K, auto T, auto out_d_icf) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
-        float* const index_add_d_icf = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d));
-        float* const pad_d_ls = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)));
-        float* const pad_index_add_d_qs = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * T));
+        float* const pad_d_ls = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)));
+        float* const pad_index_add_d_qs = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * T));
         for (int64_t i = 0; i < (K*T); ++i) {
-            const float index_add_d_icf_i = index_add_d_icf[i];
+            const float out_d_icf_i = out_d_icf[i];
             const float pad_d_ls_i = pad_d_ls[i];
-            const float d_icf_i = (index_add_d_icf_i + pad_d_ls_i);
+            const float d_icf_i = (out_d_icf_i + pad_d_ls_i);
             const float pad_index_add_d_qs_i = pad_index_add_d_qs[i];
             const float d_icf_i1 = (d_icf_i + pad_index_add_d_qs_i);
             out_d_icf[i] = d_icf_i1;
@@ -1366,7 +1458,7 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
 }
 
 size_t gmm_gmm_f32_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(K * T);
+    return ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(d) + ks::aligned_bytes<float>(T) + ks::aligned_bytes<float>(K * (T - d)) + ks::aligned_bytes<float>(K * T) + ks::aligned_bytes<float>(K * T);
 }
 
 
@@ -1475,12 +1567,26 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         }
         // gmm.py:67 (continued)
         double sub_base_max = ks::lowest<double>();
-        for (int64_t j = 0; j < K; ++j) {
-            const double tmp_i = tmp[j];
-            const double base_i = base[j];
-            const double sub_base_i = (base_i - (0.5 * tmp_i));
-            sub_base[j] = sub_base_i;
-            sub_base_max = ks::running_max(sub_base_max, sub_base_i);
+        int64_t has_nan = 0;
+        if (K >= 32) {
+            KS_OMP_SIMD(reduction(max:sub_base_max) reduction(|:has_nan))
+            for (int64_t j = 0; j < K; ++j) {
+                const double tmp_i = tmp[j];
+                const double base_i = base[j];
+                const double sub_base_i = (base_i - (0.5 * tmp_i));
+                sub_base[j] = sub_base_i;
+                sub_base_max = sub_base_i > sub_base_max ? sub_base_i : sub_base_max;
+                has_nan |= sub_base_i != sub_base_i;
+            }
+            sub_base_max = has_nan ? static_cast<double>(__builtin_nan("")) : sub_base_max;
+        } else {
+            for (int64_t j = 0; j < K; ++j) {
+                const double tmp_i = tmp[j];
+                const double base_i = base[j];
+                const double sub_base_i = (base_i - (0.5 * tmp_i));
+                sub_base[j] = sub_base_i;
+                sub_base_max = ks::running_max(sub_base_max, sub_base_i);
+            }
         }
         const double select_sub_base_max = ((ks::abs(sub_base_max) == __builtin_huge_val()) ? 0.0 : sub_base_max);
         // gmm.py:67 (continued)
@@ -1495,9 +1601,20 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     const double constant = ((static_cast<double>(((-n) * d)) * 0.5) * 1.8378770664093453);
     // gmm.py:70: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double alphas_max = ks::lowest<double>();
-    for (int64_t i = 0; i < K; ++i) {
-        const double alphas_i = alphas[i];
-        alphas_max = ks::running_max(alphas_max, alphas_i);
+    int64_t has_nan = 0;
+    if (K >= 32) {
+        KS_OMP_SIMD(reduction(max:alphas_max) reduction(|:has_nan))
+        for (int64_t i = 0; i < K; ++i) {
+            const double alphas_i = alphas[i];
+            alphas_max = alphas_i > alphas_max ? alphas_i : alphas_max;
+            has_nan |= alphas_i != alphas_i;
+        }
+        alphas_max = has_nan ? static_cast<double>(__builtin_nan("")) : alphas_max;
+    } else {
+        for (int64_t i = 0; i < K; ++i) {
+            const double alphas_i = alphas[i];
+            alphas_max = ks::running_max(alphas_max, alphas_i);
+        }
     }
     const double select_alphas_max = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
     // gmm.py:70 (continued)
@@ -1591,14 +1708,10 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     next_slot += ks::aligned_bytes<double>(K);
     double* const r4 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    double* const tmp1 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K);
     double* const tmp2 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const contract_Qs1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const index_add_d_icf = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * T);
     double* const index_add_d_q = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
     double* const index_add_d_icf_k = reinterpret_cast<double*>(next_slot);
@@ -1610,8 +1723,7 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     double* const pad_index_add_d_qs = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
-    double* const exp_sub_alphas = qs_sum;  // reuses a dead buffer's space
-    double* const r3 = base;  // reuses a dead buffer's space
+    double* const r3 = qs_sum;  // reuses a dead buffer's space
     double* const d_qs = tmp2;  // reuses a dead buffer's space
     // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
     for (int64_t k = 0; k < K; ++k) {
@@ -1701,12 +1813,26 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         }
         // gmm.py:67 (continued)
         double sub_base_max = ks::lowest<double>();
-        for (int64_t j = 0; j < K; ++j) {
-            const double tmp_i = tmp[j];
-            const double base_i = base[j];
-            const double sub_base_i = (base_i - (0.5 * tmp_i));
-            sub_base[j] = sub_base_i;
-            sub_base_max = ks::running_max(sub_base_max, sub_base_i);
+        int64_t has_nan = 0;
+        if (K >= 32) {
+            KS_OMP_SIMD(reduction(max:sub_base_max) reduction(|:has_nan))
+            for (int64_t j = 0; j < K; ++j) {
+                const double tmp_i = tmp[j];
+                const double base_i = base[j];
+                const double sub_base_i = (base_i - (0.5 * tmp_i));
+                sub_base[j] = sub_base_i;
+                sub_base_max = sub_base_i > sub_base_max ? sub_base_i : sub_base_max;
+                has_nan |= sub_base_i != sub_base_i;
+            }
+            sub_base_max = has_nan ? static_cast<double>(__builtin_nan("")) : sub_base_max;
+        } else {
+            for (int64_t j = 0; j < K; ++j) {
+                const double tmp_i = tmp[j];
+                const double base_i = base[j];
+                const double sub_base_i = (base_i - (0.5 * tmp_i));
+                sub_base[j] = sub_base_i;
+                sub_base_max = ks::running_max(sub_base_max, sub_base_i);
+            }
         }
         const double select_sub_base_max = ((ks::abs(sub_base_max) == __builtin_huge_val()) ? 0.0 : sub_base_max);
         // gmm.py:67 (continued)
@@ -1722,9 +1848,20 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     }
     // gmm.py:70: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double alphas_max = ks::lowest<double>();
-    for (int64_t i = 0; i < K; ++i) {
-        const double alphas_i = alphas[i];
-        alphas_max = ks::running_max(alphas_max, alphas_i);
+    int64_t has_nan = 0;
+    if (K >= 32) {
+        KS_OMP_SIMD(reduction(max:alphas_max) reduction(|:has_nan))
+        for (int64_t i = 0; i < K; ++i) {
+            const double alphas_i = alphas[i];
+            alphas_max = alphas_i > alphas_max ? alphas_i : alphas_max;
+            has_nan |= alphas_i != alphas_i;
+        }
+        alphas_max = has_nan ? static_cast<double>(__builtin_nan("")) : alphas_max;
+    } else {
+        for (int64_t i = 0; i < K; ++i) {
+            const double alphas_i = alphas[i];
+            alphas_max = ks::running_max(alphas_max, alphas_i);
+        }
     }
     const double select_alphas_max = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
     // gmm.py:70 (continued)
@@ -1733,7 +1870,7 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     for (int64_t i = 0; i < K; ++i) {
         const double alphas_i = alphas[i];
         const double exp_sub_alphas_i = ks::exp((alphas_i - select_alphas_max));
-        exp_sub_alphas[i] = exp_sub_alphas_i;
+        out_d_alphas[i] = exp_sub_alphas_i;
         exp_sub_alphas_sum += exp_sub_alphas_i;
     }
     const double t1 = (0.5 * ks::ipow<2>(wishart_gamma));
@@ -1758,7 +1895,8 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         const double t3 = (1.0 / r2[i]);
         const double mulz_d_sum = ks::mulz(d_sum, t3);
         // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
-        double* const tmp = sub_base;  // reuses a dead buffer's space
+        double* const tmp = base;  // reuses a dead buffer's space
+        double* const tmp1 = sub_base;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = r1[i * K + j];
             const double t4 = ks::mulz(mulz_d_sum, x_i);
@@ -1823,7 +1961,7 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     }
     // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
     for (int64_t i = 0; i < K * T; ++i) {
-        index_add_d_icf[i] = 0.0;
+        out_d_icf[i] = 0.0;
     }
     // gmm.py:64 (continued)
     for (int64_t k = K - 1; k >= 0; --k) {
@@ -1850,7 +1988,7 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         }
         // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
         for (int64_t i = 0; i < T; ++i) {
-            index_add_d_icf[k * T + i] += index_add_d_icf_k[i];
+            out_d_icf[k * T + i] += index_add_d_icf_k[i];
         }
         // gmm.py:64 (continued)
         for (int64_t i = 0; i < d; ++i) {
@@ -1891,17 +2029,17 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     }
     // gmm.py:65, 70
     for (int64_t i = 0; i < K; ++i) {
-        const double exp_sub_alphas_i = exp_sub_alphas[i];
-        const double d_alphas_i = ks::mulz(t2, exp_sub_alphas_i);
+        const double out_d_alphas_i = out_d_alphas[i];
+        const double d_alphas_i = ks::mulz(t2, out_d_alphas_i);
         const double x_i = r3[i];
         const double d_alphas_i1 = (d_alphas_i + x_i);
         out_d_alphas[i] = d_alphas_i1;
     }
     // gmm.py:62, 63
     for (int64_t i = 0; i < (K*T); ++i) {
-        const double index_add_d_icf_i = index_add_d_icf[i];
+        const double out_d_icf_i = out_d_icf[i];
         const double pad_d_ls_i = pad_d_ls[i];
-        const double d_icf_i = (index_add_d_icf_i + pad_d_ls_i);
+        const double d_icf_i = (out_d_icf_i + pad_d_ls_i);
         const double pad_index_add_d_qs_i = pad_index_add_d_qs[i];
         const double d_icf_i1 = (d_icf_i + pad_index_add_d_qs_i);
         out_d_icf[i] = d_icf_i1;
@@ -1910,7 +2048,7 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
 }
 
 size_t gmm_gmm_loop_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
+    return ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K * T);
 }
 
 
@@ -1971,9 +2109,20 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
         }
         // gmm.py:90: slse = slse + torch.logsumexp(scores, dim=0)
         double scores_max = ks::lowest<double>();
-        for (int64_t j = 0; j < K; ++j) {
-            const double scores_i = scores[j];
-            scores_max = ks::running_max(scores_max, scores_i);
+        int64_t has_nan = 0;
+        if (K >= 32) {
+            KS_OMP_SIMD(reduction(max:scores_max) reduction(|:has_nan))
+            for (int64_t j = 0; j < K; ++j) {
+                const double scores_i = scores[j];
+                scores_max = scores_i > scores_max ? scores_i : scores_max;
+                has_nan |= scores_i != scores_i;
+            }
+            scores_max = has_nan ? static_cast<double>(__builtin_nan("")) : scores_max;
+        } else {
+            for (int64_t j = 0; j < K; ++j) {
+                const double scores_i = scores[j];
+                scores_max = ks::running_max(scores_max, scores_i);
+            }
         }
         const double select_scores_max = ((ks::abs(scores_max) == __builtin_huge_val()) ? 0.0 : scores_max);
         // gmm.py:90 (continued)
@@ -1988,9 +2137,20 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
     const double constant = ((static_cast<double>(((-n) * d)) * 0.5) * 1.8378770664093453);
     // gmm.py:92: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double alphas_max = ks::lowest<double>();
-    for (int64_t i = 0; i < K; ++i) {
-        const double alphas_i = alphas[i];
-        alphas_max = ks::running_max(alphas_max, alphas_i);
+    int64_t has_nan = 0;
+    if (K >= 32) {
+        KS_OMP_SIMD(reduction(max:alphas_max) reduction(|:has_nan))
+        for (int64_t i = 0; i < K; ++i) {
+            const double alphas_i = alphas[i];
+            alphas_max = alphas_i > alphas_max ? alphas_i : alphas_max;
+            has_nan |= alphas_i != alphas_i;
+        }
+        alphas_max = has_nan ? static_cast<double>(__builtin_nan("")) : alphas_max;
+    } else {
+        for (int64_t i = 0; i < K; ++i) {
+            const double alphas_i = alphas[i];
+            alphas_max = ks::running_max(alphas_max, alphas_i);
+        }
     }
     const double select_alphas_max = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
     // gmm.py:92 (continued)
@@ -2074,10 +2234,6 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const tmp1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
-    double* const d_icf = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K * T);
-    double* const d_alphas = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K);
     double* const r1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     double* const r2 = reinterpret_cast<double*>(next_slot);
@@ -2129,9 +2285,20 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
         }
         // gmm.py:90: slse = slse + torch.logsumexp(scores, dim=0)
         double scores_max = ks::lowest<double>();
-        for (int64_t j = 0; j < K; ++j) {
-            const double scores_i = scores[j];
-            scores_max = ks::running_max(scores_max, scores_i);
+        int64_t has_nan = 0;
+        if (K >= 32) {
+            KS_OMP_SIMD(reduction(max:scores_max) reduction(|:has_nan))
+            for (int64_t j = 0; j < K; ++j) {
+                const double scores_i = scores[j];
+                scores_max = scores_i > scores_max ? scores_i : scores_max;
+                has_nan |= scores_i != scores_i;
+            }
+            scores_max = has_nan ? static_cast<double>(__builtin_nan("")) : scores_max;
+        } else {
+            for (int64_t j = 0; j < K; ++j) {
+                const double scores_i = scores[j];
+                scores_max = ks::running_max(scores_max, scores_i);
+            }
         }
         const double select_scores_max = ((ks::abs(scores_max) == __builtin_huge_val()) ? 0.0 : scores_max);
         // gmm.py:90 (continued)
@@ -2147,9 +2314,20 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     }
     // gmm.py:92: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double alphas_max = ks::lowest<double>();
-    for (int64_t i = 0; i < K; ++i) {
-        const double alphas_i = alphas[i];
-        alphas_max = ks::running_max(alphas_max, alphas_i);
+    int64_t has_nan = 0;
+    if (K >= 32) {
+        KS_OMP_SIMD(reduction(max:alphas_max) reduction(|:has_nan))
+        for (int64_t i = 0; i < K; ++i) {
+            const double alphas_i = alphas[i];
+            alphas_max = alphas_i > alphas_max ? alphas_i : alphas_max;
+            has_nan |= alphas_i != alphas_i;
+        }
+        alphas_max = has_nan ? static_cast<double>(__builtin_nan("")) : alphas_max;
+    } else {
+        for (int64_t i = 0; i < K; ++i) {
+            const double alphas_i = alphas[i];
+            alphas_max = ks::running_max(alphas_max, alphas_i);
+        }
     }
     const double select_alphas_max = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
     // gmm.py:92 (continued)
@@ -2183,13 +2361,13 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     // gmm.py:93: + log_wishart_prior(icf[:, :d], icf[:, d:], wishart_gamma, wishart_m, d, K))
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
-            d_icf[i * T + j] = tmp[i * d + j];
+            out_d_icf[i * T + j] = tmp[i * d + j];
         }
     }
     // gmm.py:93 (continued)
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < (T - d); ++j) {
-            d_icf[d + i * T + j] = tmp1[i * ((T - d)) + j];
+            out_d_icf[d + i * T + j] = tmp1[i * ((T - d)) + j];
         }
     }
     const double t2 = ks::mulz(((-1.0) * static_cast<double>(n)), (1.0 / exp_sub_alphas_sum));
@@ -2197,7 +2375,7 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     for (int64_t i = 0; i < K; ++i) {
         const double exp_sub_alphas_i = exp_sub_alphas[i];
         const double d_alphas_i = ks::mulz(t2, exp_sub_alphas_i);
-        d_alphas[i] = d_alphas_i;
+        out_d_alphas[i] = d_alphas_i;
     }
     // gmm.py:83: for i in range(n):
     double d_slse;
@@ -2261,7 +2439,7 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
             }
             // gmm.py:86 (continued)
             for (int64_t j = 0; j < T; ++j) {
-                d_icf[k * T + j] += r1[j];
+                out_d_icf[k * T + j] += r1[j];
             }
             // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
             double* const padded = r1;  // reuses a dead buffer's space
@@ -2274,24 +2452,16 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
             }
             // gmm.py:85 (continued)
             for (int64_t j = 0; j < T; ++j) {
-                d_icf[k * T + j] += padded[j];
+                out_d_icf[k * T + j] += padded[j];
             }
-            d_alphas[k] += d_scores[k];
+            out_d_alphas[k] += d_scores[k];
         }
-    }
-    // the result out_d_alphas
-    for (int64_t i = 0; i < K; ++i) {
-        out_d_alphas[i] = d_alphas[i];
-    }
-    // the result out_d_icf
-    for (int64_t i = 0; i < K * T; ++i) {
-        out_d_icf[i] = d_icf[i];
     }
     return ks::status::ok;
 }
 
 size_t gmm_gmm_tri_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * T) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(d);
+    return ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(d);
 }
 
 
@@ -2379,12 +2549,26 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
         // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
         double* const sub_base = sum;  // reuses a dead buffer's space
         double sub_base_max = ks::lowest<double>();
-        for (int64_t j = 0; j < K; ++j) {
-            const double sqnorm_i = sqnorm[j];
-            const double base_i = base[j];
-            const double sub_base_i = (base_i - (0.5 * sqnorm_i));
-            sub_base[j] = sub_base_i;
-            sub_base_max = ks::running_max(sub_base_max, sub_base_i);
+        int64_t has_nan = 0;
+        if (K >= 32) {
+            KS_OMP_SIMD(reduction(max:sub_base_max) reduction(|:has_nan))
+            for (int64_t j = 0; j < K; ++j) {
+                const double sqnorm_i = sqnorm[j];
+                const double base_i = base[j];
+                const double sub_base_i = (base_i - (0.5 * sqnorm_i));
+                sub_base[j] = sub_base_i;
+                sub_base_max = sub_base_i > sub_base_max ? sub_base_i : sub_base_max;
+                has_nan |= sub_base_i != sub_base_i;
+            }
+            sub_base_max = has_nan ? static_cast<double>(__builtin_nan("")) : sub_base_max;
+        } else {
+            for (int64_t j = 0; j < K; ++j) {
+                const double sqnorm_i = sqnorm[j];
+                const double base_i = base[j];
+                const double sub_base_i = (base_i - (0.5 * sqnorm_i));
+                sub_base[j] = sub_base_i;
+                sub_base_max = ks::running_max(sub_base_max, sub_base_i);
+            }
         }
         const double select_sub_base_max = ((ks::abs(sub_base_max) == __builtin_huge_val()) ? 0.0 : sub_base_max);
         // gmm.py:112 (continued)
@@ -2399,9 +2583,20 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
     const double constant = ((static_cast<double>(((-n) * d)) * 0.5) * 1.8378770664093453);
     // gmm.py:115: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double alphas_max = ks::lowest<double>();
-    for (int64_t i = 0; i < K; ++i) {
-        const double alphas_i = alphas[i];
-        alphas_max = ks::running_max(alphas_max, alphas_i);
+    int64_t has_nan = 0;
+    if (K >= 32) {
+        KS_OMP_SIMD(reduction(max:alphas_max) reduction(|:has_nan))
+        for (int64_t i = 0; i < K; ++i) {
+            const double alphas_i = alphas[i];
+            alphas_max = alphas_i > alphas_max ? alphas_i : alphas_max;
+            has_nan |= alphas_i != alphas_i;
+        }
+        alphas_max = has_nan ? static_cast<double>(__builtin_nan("")) : alphas_max;
+    } else {
+        for (int64_t i = 0; i < K; ++i) {
+            const double alphas_i = alphas[i];
+            alphas_max = ks::running_max(alphas_max, alphas_i);
+        }
     }
     const double select_alphas_max = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
     // gmm.py:115 (continued)
@@ -2491,8 +2686,6 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const d_ls = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
-    double* const d_sqnorm = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(K);
     double* const index_add_mul_d_row = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const d_row = reinterpret_cast<double*>(next_slot);
@@ -2503,7 +2696,6 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     next_slot += ks::aligned_bytes<double>(K);
     (void)next_slot;
     double* const exp_sub_alphas = qs_sum;  // reuses a dead buffer's space
-    double* const d_alphas = base;  // reuses a dead buffer's space
     double* const r3 = qs_sum;  // reuses a dead buffer's space
     // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
@@ -2574,12 +2766,26 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
         // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
         double* const sub_base = sum;  // reuses a dead buffer's space
         double sub_base_max = ks::lowest<double>();
-        for (int64_t j = 0; j < K; ++j) {
-            const double sqnorm_i = sqnorm[j];
-            const double base_i = base[j];
-            const double sub_base_i = (base_i - (0.5 * sqnorm_i));
-            sub_base[j] = sub_base_i;
-            sub_base_max = ks::running_max(sub_base_max, sub_base_i);
+        int64_t has_nan = 0;
+        if (K >= 32) {
+            KS_OMP_SIMD(reduction(max:sub_base_max) reduction(|:has_nan))
+            for (int64_t j = 0; j < K; ++j) {
+                const double sqnorm_i = sqnorm[j];
+                const double base_i = base[j];
+                const double sub_base_i = (base_i - (0.5 * sqnorm_i));
+                sub_base[j] = sub_base_i;
+                sub_base_max = sub_base_i > sub_base_max ? sub_base_i : sub_base_max;
+                has_nan |= sub_base_i != sub_base_i;
+            }
+            sub_base_max = has_nan ? static_cast<double>(__builtin_nan("")) : sub_base_max;
+        } else {
+            for (int64_t j = 0; j < K; ++j) {
+                const double sqnorm_i = sqnorm[j];
+                const double base_i = base[j];
+                const double sub_base_i = (base_i - (0.5 * sqnorm_i));
+                sub_base[j] = sub_base_i;
+                sub_base_max = ks::running_max(sub_base_max, sub_base_i);
+            }
         }
         const double select_sub_base_max = ((ks::abs(sub_base_max) == __builtin_huge_val()) ? 0.0 : sub_base_max);
         // gmm.py:112 (continued)
@@ -2595,9 +2801,20 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     }
     // gmm.py:115: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double alphas_max = ks::lowest<double>();
-    for (int64_t i = 0; i < K; ++i) {
-        const double alphas_i = alphas[i];
-        alphas_max = ks::running_max(alphas_max, alphas_i);
+    int64_t has_nan = 0;
+    if (K >= 32) {
+        KS_OMP_SIMD(reduction(max:alphas_max) reduction(|:has_nan))
+        for (int64_t i = 0; i < K; ++i) {
+            const double alphas_i = alphas[i];
+            alphas_max = alphas_i > alphas_max ? alphas_i : alphas_max;
+            has_nan |= alphas_i != alphas_i;
+        }
+        alphas_max = has_nan ? static_cast<double>(__builtin_nan("")) : alphas_max;
+    } else {
+        for (int64_t i = 0; i < K; ++i) {
+            const double alphas_i = alphas[i];
+            alphas_max = ks::running_max(alphas_max, alphas_i);
+        }
     }
     const double select_alphas_max = ((ks::abs(alphas_max) == __builtin_huge_val()) ? 0.0 : alphas_max);
     // gmm.py:115 (continued)
@@ -2616,7 +2833,7 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     for (int64_t i = 0; i < K; ++i) {
         const double exp_sub_alphas_i = exp_sub_alphas[i];
         const double d_alphas_i = ks::mulz(t2, exp_sub_alphas_i);
-        d_alphas[i] = d_alphas_i;
+        out_d_alphas[i] = d_alphas_i;
     }
     // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
     for (int64_t i = 0; i < K; ++i) {
@@ -2650,7 +2867,8 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
         const double t3 = (1.0 / r2[i]);
         const double mulz_d_slse = ks::mulz(d_slse, t3);
         // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
-        double* const tmp = sum;  // reuses a dead buffer's space
+        double* const tmp = base;  // reuses a dead buffer's space
+        double* const d_sqnorm = sum;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
             const double x_i = r1[i * K + j];
             const double t4 = ks::mulz(mulz_d_slse, x_i);
@@ -2767,16 +2985,16 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     }
     // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
-        const double d_alphas_i = d_alphas[i];
+        const double out_d_alphas_i = out_d_alphas[i];
         const double x_i = r3[i];
-        const double d_alphas_i1 = (d_alphas_i + x_i);
-        out_d_alphas[i] = d_alphas_i1;
+        const double d_alphas_i = (out_d_alphas_i + x_i);
+        out_d_alphas[i] = d_alphas_i;
     }
     return ks::status::ok;
 }
 
 size_t gmm_gmm_tri_vec_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K);
+    return ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * d * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K);
 }
 
 }  // namespace KS_VARIANT

@@ -57,10 +57,9 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
     next_slot += ks::aligned_bytes<float>(batch * 10);
     float* const tmp5 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
-    float* const tmp7 = reinterpret_cast<float*>(next_slot);
+    float* const tmp6 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
     (void)next_slot;
-    float* const tmp6 = prod3;  // reuses a dead buffer's space
     // export.py: node addmm (aten.addmm.default)
     const auto epilogue = ks::make_affine<float>(ks_data_0, 0, 0, 0);
     ks::packed_gemm<float>(batch, 256, 64, {input, 64, 1}, {ks_data_12, 64}, {prod, 256, 1}, false, ks::column_affine_epilogue<float>(epilogue));
@@ -171,23 +170,23 @@ int mnist_classify(int64_t batch, const float* input, float* out, void* workspac
             const float x_i = tmp4[i * 10 + j];
             const float x_i1 = tmp5[i];
             const float t1 = (x_i - x_i1);
-            tmp6[i * 10 + j] = t1;
+            out[i * 10 + j] = t1;
             acc_i += ks::exp(t1);
         }
-        tmp7[i] = acc_i;
+        tmp6[i] = acc_i;
     }
     // export.py: node _log_softmax (aten._log_softmax.default) (continued)
     for (int64_t i = 0; i < batch; ++i) {
-        const float x_i = tmp7[i];
+        const float x_i = tmp6[i];
         const float t1 = ks::log(x_i);
-        tmp7[i] = t1;
+        tmp6[i] = t1;
     }
     // export.py: node _log_softmax (aten._log_softmax.default) (continued)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 10; ++j) {
-            const float x_i = tmp6[i * 10 + j];
-            const float x_i1 = tmp7[i];
-            const float t1 = (x_i - x_i1);
+            const float out_i = out[i * 10 + j];
+            const float x_i = tmp6[i];
+            const float t1 = (out_i - x_i);
             out[i * 10 + j] = t1;
         }
     }
