@@ -6,7 +6,7 @@ import numpy as np
 
 from ...ir.core import Lit
 from ...ir.dense import Dense
-from ...ir.types import Type
+from ...ir.types import Type, numel
 from ...ops import linalg, nn
 from ...ops import quant as q
 from ...ops import reduce as red
@@ -78,9 +78,33 @@ def dynamic_quantize_linear(n: Node):
 
 @handler("MatMulInteger")
 def matmul_integer(n: Node):
+    fast = _integer_sums(n)
+    if fast is not None:
+        return [fast]
     a = q.integer_operand(n.b, n.x(0), n.opt(2), n.x(0).type.rank - 2 if n.x(0).type.rank >= 2 else None)
     bm = q.integer_operand(n.b, n.x(1), n.opt(3), n.x(1).type.rank - 1)
     return [linalg.matmul(n.b, a, bm)]
+
+
+def _integer_sums(n: Node):
+    """MatMulInteger on the integer kernel (qmatmul with int32 results) when B is a constant int8 [K, N] with zero
+    point 0 and A an 8-bit tensor with one zero point; a zero point known only at run time (DynamicQuantizeLinear's)
+    is taken out after the product: Σ (a - z)·b = Σ a·b - z·Σ_k b[k, :]."""
+    a, w, a_zp = n.x(0), n.known(1), n.opt(2)
+    b_zp = n.known(3) if n.has(3) else np.zeros((), np.int8)
+    if w is None or w.ndim != 2 or w.dtype != np.int8 or b_zp is None or np.any(b_zp != 0) or \
+            n.dtype(0) not in RANGES or a.type.rank < 1 or (a_zp is not None and numel(a_zp.type.shape) != 1):
+        return None
+    z = n.known(2) if a_zp is not None else np.zeros((), np.int64)
+    x_zero = int(_scalar(z)) if z is not None else 0
+    bias = n.b.constant(value=Dense.of(np.zeros(w.shape[1], np.int32)))
+    scale = n.b.constant(value=Dense.of(np.ones(1, np.float32)))
+    y = n.b.qmatmul(a, n.x(1), bias, scale, x_zero=x_zero, y_zero=0, lo=0, hi=0, out="i32")
+    if z is not None:
+        return y
+    sums = n.b.constant(value=Dense.of(w.astype(np.int32).sum(0).astype(np.int32)))
+    zero = n.b.convert(n.b.reshape(a_zp, shape=()), dtype="i32")
+    return n.b.sub(y, n.b.mul(zero, sums))
 
 
 @handler("ConvInteger")

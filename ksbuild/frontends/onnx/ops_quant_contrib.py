@@ -1,6 +1,6 @@
 """onnxruntime's quantized operators (domain com.microsoft), which its quantizer writes in the QOperator format:
 QGemm, QLinearAdd, QLinearMul, QLinearConcat, QLinearGlobalAveragePool, QLinearAveragePool, QLinearSigmoid,
-QLinearLeakyRelu.
+QLinearLeakyRelu, QLinearSoftmax.
 
 QGemm is an integer product (prims/qlinear.py's qmatmul when its operands allow, else int32 IR); the others are
 what onnxruntime's contrib op schemas define: the inputs dequantized, the float operation, the result quantized.
@@ -176,3 +176,27 @@ def qlinear_sigmoid(n: Node):
 @handler("QLinearLeakyRelu", domain=MS)
 def qlinear_leaky_relu(n: Node):
     return [_quant(n, activations.leaky_relu(n.b, _dequant(n, 0, 1, 2), n.attr("alpha", 0.01)), 3, 4)]
+
+
+@handler("QLinearSoftmax", domain=MS)
+def qlinear_softmax(n: Node):
+    """onnxruntime's arithmetic (ops/quant.py: softmax_quantized: its table of exponentials, floor(1 / y_scale)) for
+    constant scales and zero points, along the last axis (opset >= 13: one axis); else the schema's definition
+    (dequantize, softmax, quantize)."""
+    x = n.x(0)
+    rank = x.type.rank
+    opset = n.attr("opset", 13)
+    axis = n.attr("axis", -1 if opset >= 13 else 1)
+    axis = axis + rank if axis < 0 else axis
+    known = [n.known(i) if n.has(i) else np.zeros((), np.uint8) for i in (1, 3, 4)]
+    to = n.dtype(4) if n.has(4) else n.dtype(0)
+    length = x.type.shape[axis] if axis == rank - 1 else None
+    if to in ("u8", "i8") and n.dtype(0) == to and isinstance(length, int) and \
+            all(k is not None and k.size == 1 for k in known):
+        x_s, y_s, y_z = (k.reshape(-1)[0] for k in known)
+        from ...ir.dense import Dense
+        table = n.b.constant(value=Dense.of(q.softmax_table(float(x_s), length)))
+        return [Val(q.softmax_quantized(n.b, x, axis, table, float(y_s), int(y_z), to, compute_dtype(to)), None, to)]
+    if opset < 13 and axis != rank - 1:
+        raise n.unsupported("QLinearSoftmax of opset < 13 over more than the last axis")
+    return [_quant(n, red.softmax(n.b, _dequant(n, 0, 1, 2), axis), 3, 4)]

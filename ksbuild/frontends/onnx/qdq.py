@@ -10,8 +10,8 @@ model as float operators between DequantizeLinear and QuantizeLinear nodes. As o
 - DQ(x) → MaxPool, Reshape, Flatten, Transpose, Squeeze, Unsqueeze → Q of the same scale and zero point becomes the
   op on the 8-bit tensor (choosing a maximum or moving elements commutes with a monotone quantization);
 - DQ(a), DQ(b) → Mul | Add → Q (per tensor, one 8-bit type) becomes com.microsoft QLinearMul | QLinearAdd, and
-  DQ(x) → GlobalAveragePool → Q com.microsoft QLinearGlobalAveragePool, with onnxruntime's rounding (its optimizer
-  folds them).
+  DQ(x) → GlobalAveragePool → Q com.microsoft QLinearGlobalAveragePool, and DQ(x) → Softmax (axis -1) → Q
+  com.microsoft QLinearSoftmax, with onnxruntime's rounding (its optimizer folds them).
 
 A Relu or Clip between the op and Q is folded into the integer operator's output bounds, exactly: quantization
 is monotone, so Q(relu(v)) = max(Q(v), Q(0)) = max(Q(v), y_zero), and Clip's bounds quantize alike. They travel as
@@ -203,9 +203,9 @@ def _fold_binary(g: _Graph, node):
                             domain="com.microsoft"), q
 
 
-def _fold_global_average(g: _Graph, node):
-    """GlobalAveragePool of a per-tensor DQ, read by a Q of the same 8-bit type alone: onnxruntime's com.microsoft
-    QLinearGlobalAveragePool (its arithmetic: ops_quant_contrib.py), as its optimizer folds it; or None."""
+def _fold_unary(g: _Graph, node, op: str, **attrs):
+    """node of a per-tensor DQ, read by a Q of the same 8-bit type alone (constant f32 scales), as onnxruntime's
+    com.microsoft operator op of the DQ's input and the Q's scale and zero point; or None."""
     from onnx import helper
     parts = _dq_parts(g, g.made_by(node.input[0], "DequantizeLinear"))
     q = g.only_reader(node.output[0], ("QuantizeLinear",))
@@ -215,8 +215,22 @@ def _fold_global_average(g: _Graph, node):
     if any(v is None or v.size != 1 for v in scales + zeros) or any(s.dtype != np.float32 for s in scales) or \
             zeros[0].dtype != zeros[1].dtype or zeros[0].dtype not in (np.uint8, np.int8):
         return None
-    return helper.make_node("QLinearGlobalAveragePool", [*parts, q.input[1], q.input[2]], [q.output[0]],
-                            name=f"{node.name or node.output[0]}_qdq", domain="com.microsoft", channels_last=0), q
+    return helper.make_node(op, [*parts, q.input[1], q.input[2]], [q.output[0]],
+                            name=f"{node.name or node.output[0]}_qdq", domain="com.microsoft", **attrs), q
+
+
+def _fold_global_average(g: _Graph, node):
+    """GlobalAveragePool as QLinearGlobalAveragePool (its arithmetic: ops_quant_contrib.py), as onnxruntime's
+    optimizer folds it; or None."""
+    return _fold_unary(g, node, "QLinearGlobalAveragePool", channels_last=0)
+
+
+def _fold_softmax(g: _Graph, node):
+    """Softmax over the last axis as QLinearSoftmax (onnxruntime's table and rounding: ops_quant_contrib.py), as its
+    optimizer folds it; or None. (Only an explicit axis -1: the last axis under every opset's Softmax.)"""
+    if _attrs(node).get("axis") != -1:
+        return None
+    return _fold_unary(g, node, "QLinearSoftmax", axis=-1, opset=13)
 
 
 def fold_qdq(nodes, inits: dict, outputs: set[str]) -> list:
@@ -232,7 +246,8 @@ def fold_qdq(nodes, inits: dict, outputs: set[str]) -> list:
         folded = _fold_product(g, n, made) if n.op_type in ("Conv", "MatMul", "Gemm") else \
             _fold_pass_through(g, n) if n.op_type in PASS_THROUGH else \
             _fold_binary(g, n) if n.op_type in ("Mul", "Add") else \
-            _fold_global_average(g, n) if n.op_type == "GlobalAveragePool" else None
+            _fold_global_average(g, n) if n.op_type == "GlobalAveragePool" else \
+            _fold_softmax(g, n) if n.op_type == "Softmax" else None
         if folded is None:
             continue
         new, q = folded
