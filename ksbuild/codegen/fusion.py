@@ -43,6 +43,9 @@ def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
     row = numel(shape[len(shape) - n_red:])
     long_rows = bool(floats) and (not isinstance(row, int) or row >= VECTOR_ROW)
     nans = {k: _nan_flag(w) for k in floats} if long_rows else {}
+    if isinstance(row, int) and row >= VECTOR_ROW:  # (a max or min of floats: the same two vectorized reductions)
+        nans.update({k: _nan_flag(w) for k, e in enumerate(reductions) if e.prim.reduction in ("max", "min") and
+                     k not in twins and e.ins[0].type.dtype in ("f32", "f64")})
     sweep = (w, body, inner_eqns, reductions, accs, best, twins, stores, outer, shape, n_red)
     arg = {k: (accs[k], b) for k, b in best.items()}
     if long_rows and not isinstance(row, int):  # (rows of a run-time length: the loops for either length)
@@ -85,7 +88,7 @@ def _first_sweep(w: Writer, body, inner_eqns, reductions, accs, best, twins, sto
     parts, start, end = _blocks(w, shape[-1], [a for a, e in zip(accs, reductions) if _blocked(e, n_red, shape)])
     updated = [parts.get(a, a) for a in accs]
     clauses = [f"reduction(+:{', '.join(parts.get(a, a) for a in sums)})"] if sums else []
-    clauses += [f"reduction({reductions[k].prim.reduction[3:]}:{best[k]}) reduction(|:{flag})"
+    clauses += [f"reduction({_extremum(reductions[k])}:{best.get(k, updated[k])}) reduction(|:{flag})"
                 for k, flag in nans.items()]
     if parts:  # the last axis in blocks: the float sums add up per block, then block by block
         inner = [w.namer.index(w.depth + 1)]
@@ -100,8 +103,8 @@ def _first_sweep(w: Writer, body, inner_eqns, reductions, accs, best, twins, sto
         e.prim.emit(w, e)
     for k, (acc, e) in enumerate(zip(updated, reductions)):
         if k in nans:  # (the extremum of the numbers and whether there is a NaN: two reductions that vectorize)
-            x, op = w.scalar(e.ins[0]), "<" if e.prim.reduction == "argmin" else ">"
-            w.line(f"{best[k]} = {x} {op} {best[k]} ? {x} : {best[k]};")
+            x, op, v = w.scalar(e.ins[0]), "<" if _extremum(e) == "min" else ">", best.get(k, acc)
+            w.line(f"{v} = {x} {op} {v} ? {x} : {v};")
             w.line(f"{nans[k]} |= {x} != {x};")
         elif k in best:  # (its extremum first, as a max or min reduction's; the position in the sweep below)
             w.line(REDUCE_UPDATE[e.prim.reduction[3:]].format(a=best[k], x=w.scalar(e.ins[0])))
@@ -116,7 +119,8 @@ def _first_sweep(w: Writer, body, inner_eqns, reductions, accs, best, twins, sto
         w.close_loops(1)
     for k, flag in nans.items():  # (a NaN is the extremum, as running_min and running_max make it)
         nan = f'static_cast<{w.ctype(reductions[k].ins[0].type)}>(__builtin_nan(""))'
-        w.line(f"{best[k]} = {flag} ? {nan} : {best[k]};")
+        v = best.get(k, updated[k])
+        w.line(f"{v} = {flag} ? {nan} : {v};")
 
 
 def _merged_views(w: Writer, eqn: Eqn, body, shape, targets: dict, n_red: int):
@@ -286,6 +290,11 @@ def _twins(reductions: list[Eqn]) -> dict[int, int]:
            if e.prim.reduction.startswith("arg") and isinstance(e.ins[0], Var)}
     return {k: arg[(e.ins[0], e.prim.reduction)] for k, e in enumerate(reductions)
             if (e.ins[0], e.prim.reduction) in arg and e.outs[0].type.dtype == e.ins[0].type.dtype}
+
+
+def _extremum(e: Eqn) -> str:
+    """"max" or "min": the extremum a max, min, argmax or argmin reduction takes."""
+    return e.prim.reduction.removeprefix("arg")
 
 
 def _nan_flag(w: Writer) -> str:

@@ -5,7 +5,7 @@ model as float operators between DequantizeLinear and QuantizeLinear nodes. As o
 `fold_qdq` rewrites the node list before import (a pure function of the nodes and initializers):
 
 - DQ(x), DQ(w) [, DQ(bias int32)] → Conv → [Relu | Clip] → Q  becomes QLinearConv;
-- DQ(a), DQ(b) → MatMul → [Relu | Clip] → Q                    becomes QLinearMatMul;
+- DQ(a), DQ(b) → MatMul → [Relu | Clip] → Q (b per tensor, or constant [K, N] per column)  becomes QLinearMatMul;
 - DQ(a), DQ(b) [, DQ(bias)] → Gemm (alpha = beta = 1, no transA) → [Relu | Clip] → Q  becomes com.microsoft QGemm;
 - DQ(x) → MaxPool, Reshape, Flatten, Transpose, Squeeze, Unsqueeze → Q of the same scale and zero point becomes the
   op on the 8-bit tensor (choosing a maximum or moving elements commutes with a monotone quantization);
@@ -128,12 +128,14 @@ def _fold_product(g: _Graph, node, made: list):
     if node.op_type == "Gemm" and (attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0 or
                                    attrs.get("beta", 1.0) != 1.0):
         return None
-    w_axis = {"Conv": 0, "MatMul": None, "Gemm": 0 if attrs.get("transB", 0) else 1}[node.op_type]
+    w_axis = {"Conv": 0, "MatMul": 1, "Gemm": 0 if attrs.get("transB", 0) else 1}[node.op_type]
     x = _dq_parts(g, g.made_by(node.input[0], "DequantizeLinear"))
     w = _dq_parts(g, g.made_by(node.input[1], "DequantizeLinear"), w_axis)
     tail = _tail(g, node.output[0])
     if x is None or w is None or tail is None:
         return None
+    if node.op_type == "MatMul" and g.known[w[1]].size != 1 and getattr(g.known.get(w[0]), "ndim", 0) != 2:
+        return None  # (a scale per column: constant weights [K, N], QLinearMatMul's b_scale [N])
     bias = None
     if len(node.input) > 2 and node.input[2]:
         b = _dq_parts(g, g.made_by(node.input[2], "DequantizeLinear"), 0)
