@@ -110,6 +110,18 @@ def matmul_integer(shape, n, zero=None):
     return _model(nodes, inputs, [helper.make_tensor_value_info("y", TensorProto.INT32, None)], inits), feeds
 
 
+def dynamic_quantize_matmul(shape, n):
+    """com.microsoft DynamicQuantizeMatMul (onnxruntime's fused dynamic product): float a, constant int8 weights with
+    a scale per column, a bias; float results."""
+    k = shape[-1]
+    inits = [_init("b", _bytes((k, n), I8)), _init("bs", (RNG.rand(n) * 0.02 + 0.001).astype(np.float32)),
+             _init("bz", np.zeros(n, np.int8)), _init("c", RNG.randn(n).astype(np.float32))]
+    node = helper.make_node("DynamicQuantizeMatMul", ["x", "b", "bs", "bz", "c"], ["y"], domain="com.microsoft")
+    return _model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits, ms=True), \
+        {"x": (RNG.randn(*shape) * 2 - 0.5).astype(np.float32)}
+
+
 def contrib(op, **attrs):
     """A com.microsoft quantized operator of uint8 tensors [1, 8, 5, 5]."""
     shape = [1, 8, 5, 5]
@@ -209,6 +221,7 @@ EXACT = {  # name -> (model, feeds): onnxruntime's products, bit for bit
     "matmul_extreme": qlinear_extreme("matmul", 9, 1024, 40),
     "matmul_integer": matmul_integer([13, 70], 45, zero=131),  # (int32 results of ks::qmatmul)
     "matmul_integer_dynamic": matmul_integer([2, 9, 40], 70),  # (the zero point DynamicQuantizeLinear's)
+    "dynamic_quantize_matmul": dynamic_quantize_matmul([3, 5, 24], 20),  # (float results: to rtol 1e-6)
     "conv_extreme": qlinear_extreme("conv", 6, 64, 24),
 }
 WITHIN_ONE_STEP = {  # float-defined operators that onnxruntime computes with its own rounding
@@ -259,7 +272,7 @@ def test_integer_products_equal_onnxruntime(ops_pkg, name):
     got = np.asarray(getattr(pkg, name)(*feeds.values()))
     assert got.dtype == want.dtype and got.shape == want.shape
     if want.dtype == np.float32:
-        np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7 * np.abs(want).max())  # (a + b·c: contracted or not)
     elif name.startswith("qlinear_add") and not FMA_HOST:  # (onnxruntime's SSE2 or NEON kernel; ours unfused)
         assert np.abs(got.astype(np.int32) - want).max() <= 1
     else:
