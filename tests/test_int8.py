@@ -2,8 +2,9 @@
 
 - Single operators built with onnx.helper (QLinearConv over strides, padding, dilations, groups, depthwise
   multipliers, per-channel scales, int8 and uint8 activations and outputs (of one type, as onnxruntime takes
-  them); QLinearMatMul; com.microsoft QGemm with a bias, transB and a float output; the other com.microsoft quantized
-  operators), all exports of one package, each
+  them); QLinearMatMul; MatMulInteger (int32 results, a zero point constant or DynamicQuantizeLinear's); com.microsoft
+  QGemm with a bias, transB and a float output; the other com.microsoft quantized operators), all exports of one
+  package, each
   compared with onnxruntime: the products, QLinearMul, QLinearGlobalAveragePool and QLinearAdd bit for bit
   (QLinearAdd over every pair of bytes at scales where the schema's definition rounds otherwise; bit for bit on
   x86-64 with FMA), the other
@@ -90,6 +91,35 @@ def qgemm(rows, k, n, trans_b=0, float_out=False, per_column=False):
     out = helper.make_tensor_value_info("y", TensorProto.FLOAT if float_out else U8, None)
     return _model([node], [helper.make_tensor_value_info("a", U8, [rows, k])], [out], inits, ms=True), \
         {"a": _bytes((rows, k), U8)}
+
+
+def matmul_integer(shape, n, zero=None):
+    """MatMulInteger of uint8 a (zero point `zero`, or, with None, quantized at run time by DynamicQuantizeLinear
+    from a float input: its zero point then known only at run time) by constant int8 weights [K, n]: int32 sums."""
+    k = shape[-1]
+    inits = [_init("b", _bytes((k, n), I8)), _init("bz", np.int8(0))]
+    if zero is None:
+        nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["a", "as", "az"]),
+                 helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])]
+        inputs, feeds = [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)], \
+            {"x": (RNG.randn(*shape) * 3 + 1).astype(np.float32)}
+    else:
+        inits.append(_init("az", np.uint8(zero)))
+        nodes = [helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])]
+        inputs, feeds = [helper.make_tensor_value_info("a", U8, shape)], {"a": _bytes(shape, U8)}
+    return _model(nodes, inputs, [helper.make_tensor_value_info("y", TensorProto.INT32, None)], inits), feeds
+
+
+def dynamic_quantize_matmul(shape, n):
+    """com.microsoft DynamicQuantizeMatMul (onnxruntime's fused dynamic product): float a, constant int8 weights with
+    a scale per column, a bias; float results."""
+    k = shape[-1]
+    inits = [_init("b", _bytes((k, n), I8)), _init("bs", (RNG.rand(n) * 0.02 + 0.001).astype(np.float32)),
+             _init("bz", np.zeros(n, np.int8)), _init("c", RNG.randn(n).astype(np.float32))]
+    node = helper.make_node("DynamicQuantizeMatMul", ["x", "b", "bs", "bz", "c"], ["y"], domain="com.microsoft")
+    return _model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits, ms=True), \
+        {"x": (RNG.randn(*shape) * 2 - 0.5).astype(np.float32)}
 
 
 def contrib(op, **attrs):
@@ -189,6 +219,9 @@ EXACT = {  # name -> (model, feeds): onnxruntime's products, bit for bit
     "qlinear_gap_u8": qlinear_gap(U8, [2, 40, 25, 5], (0.0131, 77, 0.0042, 201)),
     "qlinear_gap_i8": qlinear_gap(I8, [2, 40, 13, 11], (0.0483, -20, 0.0029, 35)),
     "matmul_extreme": qlinear_extreme("matmul", 9, 1024, 40),
+    "matmul_integer": matmul_integer([13, 70], 45, zero=131),  # (int32 results of ks::qmatmul)
+    "matmul_integer_dynamic": matmul_integer([2, 9, 40], 70),  # (the zero point DynamicQuantizeLinear's)
+    "dynamic_quantize_matmul": dynamic_quantize_matmul([3, 5, 24], 20),  # (float results: to rtol 1e-6)
     "conv_extreme": qlinear_extreme("conv", 6, 64, 24),
 }
 WITHIN_ONE_STEP = {  # float-defined operators that onnxruntime computes with its own rounding
@@ -196,6 +229,7 @@ WITHIN_ONE_STEP = {  # float-defined operators that onnxruntime computes with it
     "qlinear_avgpool": contrib("QLinearAveragePool"),
     "qlinear_sigmoid": contrib("QLinearSigmoid"),
     "qlinear_leaky_relu": contrib("QLinearLeakyRelu", alpha=0.1),
+    "qlinear_softmax": contrib("QLinearSoftmax", axis=-1, opset=13),  # (onnxruntime's table; the sums' order ours)
 }
 
 
@@ -238,7 +272,7 @@ def test_integer_products_equal_onnxruntime(ops_pkg, name):
     got = np.asarray(getattr(pkg, name)(*feeds.values()))
     assert got.dtype == want.dtype and got.shape == want.shape
     if want.dtype == np.float32:
-        np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7 * np.abs(want).max())  # (a + b·c: contracted or not)
     elif name.startswith("qlinear_add") and not FMA_HOST:  # (onnxruntime's SSE2 or NEON kernel; ours unfused)
         assert np.abs(got.astype(np.int32) - want).max() <= 1
     else:
@@ -282,7 +316,7 @@ def test_generated_code_calls_the_integer_kernels(ops_pkg):
     render_project(m, build_exports(m), out)
     cpp = (out / "src" / "int8_ops.cpp").read_text()
     assert "ks::qconv<uint8_t, uint8_t>" in cpp and "ks::qconv_depthwise<" in cpp
-    assert "ks::qmatmul<int8_t, int8_t>" in cpp
+    assert "ks::qmatmul<int8_t, int8_t>" in cpp and "ks::qmatmul<uint8_t, int32_t>" in cpp
     assert "ks::qconv<int8_t, int8_t>" in cpp  # (the grouped convolution of int8 activations)
 
 
@@ -293,7 +327,8 @@ def test_interpreter_equals_compiled(ops_pkg):
     from ksbuild.manifest import load_manifest
     root, pkg = ops_pkg
     exports = {e.name: e for e in build_exports(load_manifest(root / "manifest.toml"))}
-    for name in ("conv_stride2", "conv_depthwise_s2", "matmul_i8", "qgemm_trans_b_per_column"):
+    for name in ("conv_stride2", "conv_depthwise_s2", "matmul_i8", "qgemm_trans_b_per_column",
+                 "matmul_integer_dynamic"):
         feeds = EXACT[name][1]
         want = eval_func(exports[name].func, list(feeds.values()))[0]
         assert np.array_equal(np.asarray(getattr(pkg, name)(*feeds.values())), np.asarray(want)), name
@@ -413,13 +448,13 @@ def test_a_malformed_quantized_convolution_is_an_error_at_its_node(tmp_path):
     node = helper.make_node("QLinearConv", ["x", "s", "z", "w", "s", "wz", "s", "z"], ["y"], name="qc")
     onnx.save(_model([node], [helper.make_tensor_value_info("x", U8, [1, 5, 8])],
                      [helper.make_tensor_value_info("y", U8, None)], inits), tmp_path / "bad.onnx")
-    soft = helper.make_node("QLinearSoftmax", ["x", "s", "z", "s", "z"], ["y"], domain="com.microsoft", name="soft",
-                            axis=1, opset=13)
+    soft = helper.make_node("QLinearReduceMean", ["x", "s", "z", "s", "z"], ["y"], domain="com.microsoft",
+                            name="soft", axes=[1], keepdims=1)
     onnx.save(_model([soft], [helper.make_tensor_value_info("x", U8, [1, 10])],
                      [helper.make_tensor_value_info("y", U8, None)], inits[:2], ms=True), tmp_path / "soft.onnx")
     for model, words in (("bad.onnx", ["node qc (QLinearConv)", "qconv of u8[1, 5, 8] with kernel i8[4, 3, 3]",
                                        "channels do not match"]),
-                         ("soft.onnx", ["node soft (QLinearSoftmax)", "unknown op QLinearSoftmax"])):
+                         ("soft.onnx", ["node soft (QLinearReduceMean)", "unknown op QLinearReduceMean"])):
         (tmp_path / "manifest.toml").write_text(f'[package]\nname = "bad"\n[kernels.m]\nonnx = "{model}"\n'
                                                 '[exports]\nm = "m"\n')
         with pytest.raises(KsbuildError) as e:

@@ -1,7 +1,8 @@
 """int8 inference: ksbuild's integer kernels against onnxruntime's, and each against its float model.
 
-    python benchmarks/int8/bench.py [--models mobilenet_v2 kws mlp resnet18 mobilenet_v3_small efficientnet_b0]
-                                    [--batches 1 8] [--formats qdq qop] [--side 224] [--repeats 10] [--budget 3]
+    python benchmarks/int8/bench.py [--models mobilenet_v2 kws mlp resnet18 mobilenet_v3_small efficientnet_b0
+                                     lstm_text bert_small gpt2_small]
+                                    [--batches 1 8] [--formats qdq qop dyn] [--side 224] [--repeats 10] [--budget 3]
                                     [--clock cpu] [--work DIR] [--against OTHER_CHECKOUT]
 
 Models (random weights, nothing downloaded): MobileNetV2 and ResNet-18 in torchvision's layout
@@ -17,6 +18,15 @@ onnxruntime's exactly ("= ort": 1.000 for every int8 row on x86-64 with AVX2, wh
 arithmetic too; below 1 only through the operators that docs/quantization.md lists as within one step, whose
 differences then grow through the layers after them), and top-1 agreement of the quantized model with the float one over 64 random inputs (the
 benchmark's check that the requantization is right, not only fast).
+
+The networks of benchmarks/models/bench.py that read tokens: lstm_text (an embedding, a 2-layer LSTM, a linear layer
+to 2 classes), bert_small and gpt2_small (transformers' BertModel and GPT2Model, 4 layers of 512, 8 heads, 128
+tokens, their last hidden state as the output; GPT-2 exported through torch.export). They are calibrated on 8 random
+token sequences, and also quantized with quantize_dynamic (format "dyn": int8 weights per tensor, activations
+quantized at run time by DynamicQuantizeLinear, products as MatMulInteger, the LSTMs as com.microsoft
+DynamicQuantizeLSTM: what is used for transformers and LSTMs). For the hidden states "top-1" is the share of tokens
+whose argmax over the hidden dimension agrees with the float model's, and "max err" the largest difference from the
+float model's output (relative to its largest magnitude).
 """
 from __future__ import annotations
 
@@ -48,6 +58,47 @@ def kws_cnn():
     return nn.Sequential(*layers)
 
 
+TOKENS = {"lstm_text": 64, "bert_small": 128, "gpt2_small": 128}
+"""The token models and their sequence lengths (their input: int64 ids below 1000)."""
+
+
+def token_models() -> dict:
+    """name -> torch module, for the networks of benchmarks/models/bench.py that read tokens (BERT and GPT-2 when
+    transformers imports)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("models_bench", HERE.parent / "models" / "bench.py")
+    nets = sys.modules.get("models_bench") or importlib.util.module_from_spec(spec)
+    if "models_bench" not in sys.modules:
+        sys.modules["models_bench"] = nets
+        spec.loader.exec_module(nets)
+    out = {"lstm_text": nets.lstm_text}
+    try:
+        import transformers  # noqa: F401
+        out.update(bert_small=nets.bert_small, gpt2_small=nets.gpt2_small)
+    except ImportError:
+        pass
+    return out
+
+
+def example(name: str, shape, seed: int) -> np.ndarray:
+    """An input of the model: token ids for the token models, else normal floats."""
+    if name in TOKENS:
+        return np.random.default_rng(seed).integers(0, 1000, shape)
+    return np.random.RandomState(seed).randn(*shape).astype(np.float32)
+
+
+def export(name: str, module, path: Path, shape) -> None:
+    """The module as ONNX at this batch (GPT-2 through torch.export: the TorchScript exporter fails on its masks)."""
+    import torch
+    x = torch.from_numpy(example(name, shape, 0))
+    if name == "gpt2_small":
+        torch.onnx.export(module.eval(), (x,), path, dynamo=True, input_names=["x"], output_names=["y"],
+                          external_data=False)
+        return
+    torch.onnx.export(module.eval(), (x,), path, input_names=["x"], output_names=["y"], dynamo=False,
+                      opset_version=17)
+
+
 def models(side: int) -> dict:
     """name -> (torch module, input shape)."""
     import torch
@@ -67,12 +118,29 @@ def models(side: int) -> dict:
     }
 
 
-def quantize(f32: Path, out: Path, shape, fmt: str) -> None:
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+def all_models(side: int, names) -> dict:
+    """name -> (torch module, input shape) of the chosen models, the token models built only when chosen."""
+    chosen = {k: v for k, v in models(side).items() if k in names}
+    chosen.update({k: (make(), (1, TOKENS[k])) for k, make in token_models().items() if k in names})
+    return chosen
+
+
+def quantize(name: str, f32: Path, out: Path, shape, fmt: str) -> None:
+    """f32 quantized by onnxruntime: quantize_static in the QDQ or QOperator format, or (dyn) quantize_dynamic."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
+    if fmt == "dyn":
+        quantize_dynamic(str(f32), str(out), weight_type=QuantType.QInt8)
+        return
 
     class Reader(CalibrationDataReader):
         def __init__(self):
-            self.batches = iter([{"x": np.random.RandomState(i).randn(*shape).astype(np.float32)} for i in range(16)])
+            self.batches = iter([{"x": example(name, shape, i)} for i in range(8 if name in TOKENS else 16)])
 
         def get_next(self):
             return next(self.batches, None)
@@ -81,11 +149,26 @@ def quantize(f32: Path, out: Path, shape, fmt: str) -> None:
                     per_channel=True)
 
 
+def against_float(fn, reference, model: str, shape) -> tuple[str, str]:
+    """The quantized fn against its float model over 64 random inputs (8 for a token model): the agreement of the
+    argmax over the last axis (the class, or a token's hidden dimension) and the largest difference relative to the
+    float output's largest magnitude."""
+    n = max(1, (8 if model in TOKENS else 64) // shape[0])
+    agree, err = [], 0.0
+    for i in range(n):
+        v = example(model, shape, 1000 + i)
+        got, want = np.asarray(fn(v)), np.asarray(reference(v))
+        agree.append(got.argmax(-1) == want.argmax(-1))
+        err = max(err, float(np.abs(got - want).max() / np.abs(want).max()))
+    return f"{np.mean(agree):.2f}", f"{err:.3f}"
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--models", nargs="+", default=["mobilenet_v2", "kws", "mlp"])
     p.add_argument("--batches", nargs="+", type=int, default=[1], help="export each model at these batch sizes")
-    p.add_argument("--formats", nargs="+", default=["qdq", "qop"], choices=["qdq", "qop"])
+    p.add_argument("--formats", nargs="+", default=["qdq", "qop"], choices=["qdq", "qop", "dyn"],
+                   help="dyn: quantize_dynamic (the token models only)")
     p.add_argument("--side", type=int, default=224)
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--budget", type=float, default=3.0)
@@ -109,7 +192,7 @@ def main(argv=None) -> int:
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     work = args.work or Path(tempfile.mkdtemp(prefix="ksbuild-int8-"))
     work.mkdir(parents=True, exist_ok=True)
-    chosen = {k: v for k, v in models(args.side).items() if k in args.models}
+    chosen = all_models(args.side, args.models)
     variants = {}
     for name, (module, shape1) in chosen.items():
         for b in args.batches:
@@ -117,18 +200,19 @@ def main(argv=None) -> int:
             base = f"{name}_b{b}"
             f32 = work / f"{base}_f32.onnx"
             if not f32.exists():
-                torch.onnx.export(module.eval(), torch.randn(*shape), f32, input_names=["x"], output_names=["y"],
-                                  dynamo=False, opset_version=17)
-            variants[f"{base}_f32"] = (f32, shape)
+                export(name, module, f32, shape)
+            variants[f"{base}_f32"] = (f32, shape, name)
             for fmt in args.formats:
+                if fmt == "dyn" and name not in TOKENS:
+                    continue
                 q = work / f"{base}_{fmt}.onnx"
                 if not q.exists():
-                    quantize(f32, q, shape, fmt)
-                variants[f"{base}_{fmt}"] = (q, shape)
+                    quantize(name, f32, q, shape, fmt)
+                variants[f"{base}_{fmt}"] = (q, shape, name)
 
     def manifest(package: str) -> Path:
         lines = [f'[package]\nname = "{package}"\nversion = "0.1.0"\n']
-        lines += [f'[kernels.{n}]\nonnx = "{path.name}"\n' for n, (path, _) in variants.items()]
+        lines += [f'[kernels.{n}]\nonnx = "{path.name}"\n' for n, (path, *_) in variants.items()]
         lines.append("[exports]\n" + "".join(f'{n} = "{n}"\n' for n in variants))
         (work / f"{package}.toml").write_text("\n".join(lines))
         return work / f"{package}.toml"
@@ -145,22 +229,18 @@ def main(argv=None) -> int:
         print(f"A: {made.stdout.strip()}")
         old = ksbuild.load(work / "A")
     head = f"{'model':<26}" + (f"{'A ms':>9}" if old else "") + f"{'ksbuild ms':>11}{'ort ms':>9}"
-    head += (f"{'A/ort':>7}" if old else "") + f"{'ratio':>7}{'= ort':>8}{'top-1':>7}"
+    head += (f"{'A/ort':>7}" if old else "") + f"{'ratio':>7}{'= ort':>8}{'top-1':>7}{'max err':>9}"
     print(f"# clock {args.clock}, 1 thread, median of {args.repeats} round-robin samples")
     print(head)
-    for name, (path, shape) in variants.items():
+    for name, (path, shape, model) in variants.items():
         sess = ort.InferenceSession(str(path), one_thread_options(), providers=["CPUExecutionProvider"])
-        x = np.random.RandomState(7).randn(*shape).astype(np.float32)
+        x = example(model, shape, 7)
         fn = getattr(pkg, name)
         want, got = sess.run(None, {"x": x})[0], np.asarray(fn(x))
         same = np.count_nonzero(got == want) / want.size
-        top1 = "-"
+        top1, err = "-", "-"
         if not name.endswith("_f32"):
-            reference = getattr(pkg, name.rsplit("_", 1)[0] + "_f32")
-            n = max(1, 64 // shape[0])
-            inputs = [np.random.RandomState(1000 + i).randn(*shape).astype(np.float32) for i in range(n)]
-            agree = [np.asarray(fn(v)).argmax(-1) == np.asarray(reference(v)).argmax(-1) for v in inputs]
-            top1 = f"{np.mean(agree):.2f}"
+            top1, err = against_float(fn, getattr(pkg, name.rsplit("_", 1)[0] + "_f32"), model, shape)
         fns = [lambda: fn(x), lambda: sess.run(None, {"x": x})]
         if old:
             a_fn = getattr(old, name)
@@ -170,7 +250,7 @@ def main(argv=None) -> int:
         times = median_times(fns, args.repeats, args.budget, clock=clock)
         ks_t, ort_t = times[:2]
         row = f"{name:<26}" + (f"{times[2] * 1e3:>9.3f}" if old else "") + f"{ks_t * 1e3:>11.3f}{ort_t * 1e3:>9.3f}"
-        row += (f"{times[2] / ort_t:>7.2f}" if old else "") + f"{ks_t / ort_t:>7.2f}{same:>8.3f}{top1:>7}"
+        row += (f"{times[2] / ort_t:>7.2f}" if old else "") + f"{ks_t / ort_t:>7.2f}{same:>8.3f}{top1:>7}{err:>9}"
         print(row, flush=True)
     return 0
 

@@ -174,3 +174,37 @@ def integer_operand(b, x: Atom, zp: Atom | None, axis: int | None = None) -> Ato
     elif zi.type.rank:
         zi = b.reshape(zi, shape=())
     return b.sub(xi, zi)
+
+
+def softmax_table(x_scale: float, length: int):
+    """onnxruntime's QLinearSoftmax table (contrib_ops/cpu/quantization/qlinear_softmax.cc): entry i is
+    exp((i - 255 + shift) · x_scale) in double, stored as f32, with shift = max(0, log(FLT_MAX / length) - 5) / x_scale
+    (so that a sum of `length` entries stays finite); entry 255 belongs to a row's largest byte."""
+    import math
+
+    import numpy as np
+    f32 = np.float32
+    shift = max(0.0, math.log(float(f32(np.finfo(f32).max) / f32(length))) - 5.0) / float(f32(x_scale))
+    return np.exp((np.arange(256, dtype=np.float64) - 255 + shift) * float(f32(x_scale))).astype(f32)
+
+
+def softmax_quantized(b, x: Atom, axis: int, table: Atom, y_scale: float, y_zp: int, dtype: str,
+                      compute: str) -> Atom:
+    """The softmax of an 8-bit tensor along `axis` (the last) as onnxruntime's QLinearSoftmax computes it: each
+    byte's table entry e = table[x - max(x) + 255] (softmax_table), the row's f32 sum s of them, and
+    round_half_even(e · floor(1 / y_scale) / s) + y_zp, saturated (its kernel multiplies by floor(1 / y_scale), not
+    by 1 / y_scale). The sum's order is the loops', not onnxruntime's left-to-right one: within one step."""
+    import numpy as np
+
+    from . import index
+    from . import reduce as red
+    lo, hi = INT_RANGES[dtype]
+    f = Type("f32")
+    xi = b.convert(x, dtype="i32")
+    idx = b.add(b.sub(xi, red.amax(b, xi, [axis], keepdim=True)), Lit(255, Type("i32")))
+    e = index.gather(b, table, idx, 0)
+    total = red.sum(b, e, [axis], keepdim=True)
+    ratio = float(np.floor(np.float32(1.0) / np.float32(y_scale)))
+    v = b.add(round_half_even(b, b.div(b.mul(e, Lit(ratio, f)), total)), Lit(float(y_zp), f))
+    q = b.max(b.min(v, Lit(float(hi), f)), Lit(float(lo), f))
+    return b.convert(q, dtype=compute)

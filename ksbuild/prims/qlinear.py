@@ -7,6 +7,8 @@ qconv[strides, pads, dilations, groups, x_zero, y_zero, lo, hi, out](x, w, bias,
     with the convolution's geometry as in `conv` (prims/conv.py; padding reads x_zero, i.e. x - x_zero = 0).
 qmatmul[x_zero, y_zero, lo, hi, out](a, b, bias, scale) -> y
     a [..., K] u8 or i8, b [K, N] i8 (zero point 0), bias i32 [N], scale f32 [1] or [N]; y [..., N] alike.
+    With out = "i32" (ONNX MatMulInteger) y is the int32 sums themselves, Σ (a - x_zero)·b + bias: no
+    requantization (scale, y_zero, lo and hi unused).
 
 qlookup(table, x) -> y
     table [256] u8 or i8, x u8 or i8 of any shape; y of x's shape and table's type: y = table[the byte of x] (an int8
@@ -47,15 +49,18 @@ ACTIVATIONS = ("u8", "i8")
 
 
 def _check_requant(what: str, x: Type, w: Type, bias: Type, scale: Type, channels, x_zero: int, y_zero: int,
-                   lo: int, hi: int, out: str) -> None:
+                   lo: int, hi: int, out: str, sums: bool = False) -> None:
+    """The operands of an integer kernel (sums: int32 results allowed, out = "i32")."""
     if x.dtype not in ACTIVATIONS or w.dtype != "i8":
         raise KsbuildError(f"{what} takes u8 or i8 activations and i8 weights, got {x} and {w}")
     if bias.dtype != "i32" or bias.shape != (channels,):
         raise KsbuildError(f"{what}: the bias must be i32 [{channels}], got {bias}")
     if scale.dtype != "f32" or scale.rank != 1 or scale.shape[0] not in (1, channels):
         raise KsbuildError(f"{what}: the scale must be f32 [1] or [{channels}], got {scale}")
+    if sums and out == "i32":
+        return
     if out not in ACTIVATIONS:
-        raise KsbuildError(f"{what}: the output type must be u8 or i8, not {out}")
+        raise KsbuildError(f"{what}: the output type must be u8 or i8{' or i32' if sums else ''}, not {out}")
     lo_t, hi_t = (0, 255) if out == "u8" else (-128, 127)
     if not (lo_t <= lo <= hi <= hi_t and lo_t <= y_zero <= hi_t):
         raise KsbuildError(f"{what}: bounds [{lo}, {hi}] and zero point {y_zero} do not fit {out}")
@@ -286,7 +291,7 @@ def _qmatmul_rule(in_types, x_zero, y_zero, lo, hi, out, packed=False, kernel=No
                            f"(the tiles' zero point 0), not {x_zero}")
     if a.rank < 1 or b.rank != 2 or a.shape[-1] != b.shape[0]:
         raise KsbuildError(f"qmatmul of {a} and {b}: expected [..., K] and [K, N]")
-    _check_requant("qmatmul", a, b, bias, scale, b.shape[1], x_zero, y_zero, lo, hi, out)
+    _check_requant("qmatmul", a, b, bias, scale, b.shape[1], x_zero, y_zero, lo, hi, out, sums=True)
     return (Type(out, a.shape[:-1] + (b.shape[1],)),)
 
 
@@ -294,6 +299,8 @@ def _qmatmul_eval(a, b, bias, scale, x_zero, y_zero, lo, hi, out, env, packed=Fa
                   sums=True):
     b = _weights(b, packed, "columns", kernel, 1, width)
     acc = (a.astype(np.int64) - x_zero) @ b.astype(np.int64)
+    if out == "i32":
+        return ((acc + bias).astype(np.int32),)
     return (requantize(acc, bias, scale, y_zero, lo, hi, out),)
 
 
@@ -333,7 +340,8 @@ qmatmul = Prim(
     emit=_emit_qmatmul,
     select_backend=_pack_weights("columns"),
     scratch=_qmatmul_scratch,
-    doc="8-bit integer matrix product with int32 sums requantized to 8 bits (ONNX QLinearMatMul, QGemm)",
+    doc="8-bit integer matrix product with int32 sums requantized to 8 bits (ONNX QLinearMatMul, QGemm) or kept "
+        "(out i32: MatMulInteger)",
 )
 
 

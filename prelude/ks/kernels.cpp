@@ -20,6 +20,8 @@ KS_QUANT_LAYER(template, uint8_t, uint8_t)
 KS_QUANT_LAYER(template, uint8_t, int8_t)
 KS_QUANT_LAYER(template, int8_t, uint8_t)
 KS_QUANT_LAYER(template, int8_t, int8_t)
+KS_QSUMS_LAYER(template, uint8_t)
+KS_QSUMS_LAYER(template, int8_t)
 #endif
 
 }  // inline namespace KS_KERNELS

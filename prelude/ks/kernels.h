@@ -73,6 +73,8 @@ KS_QUANT_LAYER(extern template, uint8_t, uint8_t)
 KS_QUANT_LAYER(extern template, uint8_t, int8_t)
 KS_QUANT_LAYER(extern template, int8_t, uint8_t)
 KS_QUANT_LAYER(extern template, int8_t, int8_t)
+KS_QSUMS_LAYER(extern template, uint8_t)
+KS_QSUMS_LAYER(extern template, int8_t)
 #endif
 
 // A block of results is often a register tile's: a few rows of a few dozen columns. Each row runs in chunks of

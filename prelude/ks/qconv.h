@@ -205,6 +205,7 @@ struct tile_out {
     uint8_t* y;
     conv_dim ld, live, count;
     int32_t* acc;  // room for the sums [8][32] (the paths that store from memory)
+    bool sums;     // y holds int32 (ld in int32): the sums plus the offsets stored as they are, not requantized
 };
 
 // One requantized value (see the top of the file): clamped in float to the bounds less the zero point, then
@@ -217,8 +218,24 @@ inline int32_t requantize(int32_t sum, float scale, float lo, float hi, int32_t 
     return static_cast<int32_t>(v) + zero;
 }
 
+// The sums acc [8][32] plus the offsets of their columns, as int32 (o.sums: ks::qmatmul with int32 results).
+inline void store_raw(const int32_t* acc, const tile_out& o) {
+    for (conv_dim r = 0; r < o.live; ++r) {
+        const int32_t* a = acc + r * cols;
+        int32_t* y = reinterpret_cast<int32_t*>(o.y) + r * o.ld;
+        KS_OMP_SIMD()
+        for (conv_dim c = 0; c < o.count; ++c) {
+            y[c] = a[c] + (o.by_row ? o.offsets[r] : o.offsets[c]);
+        }
+    }
+}
+
 // The sums acc [8][32] stored as o says.
 inline void store_sums(const int32_t* acc, const tile_out& o) {
+    if (o.sums) {
+        store_raw(acc, o);
+        return;
+    }
     for (conv_dim r = 0; r < o.live; ++r) {
         const int32_t* a = acc + r * cols;
         uint8_t* y = o.y + r * o.ld;
@@ -420,6 +437,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_vnni_rows(const
     const bool by_row = o.by_row, one_scale = o.one_scale;
     const int32_t* offsets = o.offsets;
     const float* scales = o.scale;
+    const bool raw = o.sums;
     __m512i c[R][V];  // (starting from the offsets)
     KS_UNROLL for (int r = 0; r < R; ++r) {
         KS_UNROLL for (int h = 0; h < V; ++h) {
@@ -446,6 +464,14 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void tile_vnni_rows(const
     const __m512i zero = _mm512_set1_epi32(o.zero);
     uint8_t* y = o.y;
     const conv_dim ld = o.ld;
+    if (raw) {  // (int32 results: the sums as they are)
+        KS_UNROLL for (int r = 0; r < R; ++r) {
+            KS_UNROLL for (int h = 0; h < V; ++h) {
+                _mm512_mask_storeu_epi32(reinterpret_cast<int32_t*>(y) + r * ld + 16 * h, m[h], c[r][h]);
+            }
+        }
+        return;
+    }
     KS_UNROLL for (int r = 0; r < R; ++r) {
         KS_UNROLL for (int h = 0; h < V; ++h) {
             const __m512 scale = by_row ? _mm512_set1_ps(scales[one_scale ? 0 : r])
@@ -1021,7 +1047,7 @@ void compact(const conv_shape& s, const wide_geometry& g, const uint8_t* wide, c
 // The requantization bounds of q less its zero point, as tile_out takes them.
 inline tile_out output_of(const requant& q, const int32_t* offsets, const float* scale, bool by_row, int32_t* acc) {
     return tile_out{offsets, scale, by_row, q.scales == 1, static_cast<float>(q.lo - q.y_zero),
-                    static_cast<float>(q.hi - q.y_zero), q.y_zero, nullptr, 0, 0, 0, acc};
+                    static_cast<float>(q.hi - q.y_zero), q.y_zero, nullptr, 0, 0, 0, acc, false};
 }
 
 // Scratch layout of ks::qconv: offsets, the sums' room, a block, tap offsets, phases, the wide output (when the
@@ -1470,7 +1496,8 @@ constexpr conv_dim qmatmul_scratch(conv_dim depth, conv_dim n) {
 }
 
 // y [count, n] = the requantized product of a [count, depth] (uint8 or int8, rows `lda` apart) with b [depth, n]
-// (int8, zero point 0) packed by qpack_columns; bias and scales per column of y (or one scale).
+// (int8, zero point 0) packed by qpack_columns; bias and scales per column of y (or one scale). With int32 y (TY
+// int32_t: ONNX MatMulInteger) the sums Σ (a - x_zero)·b plus the bias, not requantized (the scales unread).
 template <class TX, class TY>
 void qmatmul(conv_dim count, conv_dim depth, conv_dim n, const TX* a, conv_dim lda, const uint8_t* packed, TY* y,
              uint8_t* scratch, const requant& q) {
@@ -1492,6 +1519,7 @@ void qmatmul(conv_dim count, conv_dim depth, conv_dim n, const TX* a, conv_dim l
         pack(a + i0 * lda, live, depth, lda, 1, rows, block, [](TX v) { return tile_byte(v); });
         for (conv_dim j0 = 0; j0 < n; j0 += product_cols) {
             tile_out o = output_of(q, offs + j0, q.scales == 1 ? q.scale : q.scale + j0, false, acc);
+            o.sums = sizeof(TY) == 4;
             o.y = reinterpret_cast<uint8_t*>(y + i0 * n + j0);
             o.ld = n;
             o.live = live;
@@ -2238,6 +2266,11 @@ void qlookup(conv_dim n, const TY* table, const TX* x, TY* y) {
     PREFIX void qmatmul<TX, TY>(conv_dim, conv_dim, conv_dim, const TX*, conv_dim, const uint8_t*, TY*, uint8_t*,       \
                                 const requant&);                                                           \
     PREFIX void qlookup<TX, TY>(conv_dim, const TY*, const TX*, TY*);
+
+// ks::qmatmul with int32 results (ONNX MatMulInteger), for activations TX.
+#define KS_QSUMS_LAYER(PREFIX, TX)                                                                                \
+    PREFIX void qmatmul<TX, int32_t>(conv_dim, conv_dim, conv_dim, const TX*, conv_dim, const uint8_t*, int32_t*,  \
+                                     uint8_t*, const requant&);
 
 }  // inline namespace KS_KERNELS
 }  // namespace ks

@@ -2,10 +2,11 @@
 // 2-d and 3-d shapes with strides, dilations, padding and groups (and over ResNet-like layers: output rows of 1 to
 // 40 positions, the compact packing's blocks across rows and planes), ks::qconv_depthwise with channel multipliers (and
 // over MobileNet-like layers: 3×3 to 7×7 kernels, images up to 130 wide),
-// ks::qmatmul from one row up; ks::qlookup; uint8 and int8 activations and outputs, one scale or one per channel, with and
-// without a bias, with bounds narrowed as a folded Relu narrows them. The reference rounds with nearbyintf
-// (half to even) after clamping in float, as onnxruntime's kernels do. Built three times: with the best tile
-// this CPU has (AVX-512 VNNI here), capped at AVX2 (KS_CPU_LEVEL_MAX=1) and at the portable loops (0).
+// ks::qmatmul from one row up (and with int32 results); ks::qlookup; uint8 and int8 activations and outputs, one
+// scale or one per channel, with and without a bias, with bounds narrowed as a folded Relu narrows them. The
+// reference rounds with nearbyintf (half to even) after clamping in float, as onnxruntime's kernels do. Built
+// three times: with the best tile this CPU has (AVX-512 VNNI here), capped at AVX2 (KS_CPU_LEVEL_MAX=1) and at the
+// portable loops (0).
 #define KS_KERNELS_INSTANTIATE
 #include <ks/kernels.h>
 
@@ -240,6 +241,34 @@ void test_matmul(int64_t trial) {
     check("qmatmul", y, want, trial);
 }
 
+// ks::qmatmul with int32 results (MatMulInteger): the sums Σ (a - x_zero)·b plus the bias, not requantized.
+template <class TX>
+void test_matmul_sums(int64_t trial) {
+    const int64_t rows = draw(4) == 0 ? 1 : 1 + draw(40), depth = 1 + draw(70), n = 1 + draw(70);
+    const auto a = random_bytes<TX>(rows * depth);
+    const auto b = random_bytes<int8_t>(depth * n);
+    const params p = make_params<TX, uint8_t>(n);
+    std::vector<int32_t> y(static_cast<size_t>(rows * n) + 1, 99);
+    std::vector<uint64_t> scratch(static_cast<size_t>(ks::qmatmul_scratch(depth, n) / 8 + 8));
+    uint8_t* aligned = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
+    std::vector<uint8_t> packed(static_cast<size_t>(ks::qmatmul_packed_size(depth, n)));
+    ks::qpack_columns(depth, n, b.data(), packed.data());
+    ks::qmatmul<TX, int32_t>(rows, depth, n, a.data(), depth, packed.data(), y.data(), aligned, p.q);
+    std::vector<int32_t> want;
+    for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+            int64_t sum = p.q.bias ? p.q.bias[j] : 0;
+            for (int64_t k = 0; k < depth; ++k) {
+                sum += (static_cast<int64_t>(a[static_cast<size_t>(i * depth + k)]) - p.q.x_zero) *
+                       b[static_cast<size_t>(k * n + j)];
+            }
+            want.push_back(static_cast<int32_t>(sum));
+        }
+    }
+    want.push_back(99);  // (nothing written past the end)
+    check("qmatmul (int32 sums)", y, want, trial);
+}
+
 // ks::qlookup over lengths around the 64-byte vectors (and 0), every byte present: y[i] = table[byte of x[i]].
 template <class TX, class TY>
 void test_lookup(int64_t trial) {
@@ -336,6 +365,9 @@ void test_types(int64_t trials) {
         test_conv<TX, TY>(trial, false, false, true);
         test_matmul<TX, TY>(trial);
         test_lookup<TX, TY>(trial);
+        if (sizeof(TY) == 1 && static_cast<TY>(-1) > 0) {  // (once per activation type: with the uint8 outputs)
+            test_matmul_sums<TX>(trial);
+        }
     }
 }
 

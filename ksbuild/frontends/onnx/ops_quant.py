@@ -1,12 +1,12 @@
 """ONNX quantization ops: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger,
-ConvInteger, QLinearMatMul, QLinearConv."""
+ConvInteger, QLinearMatMul, QLinearConv (and the helpers of onnxruntime's ops_quant_contrib.py)."""
 from __future__ import annotations
 
 import numpy as np
 
 from ...ir.core import Lit
 from ...ir.dense import Dense
-from ...ir.types import Type
+from ...ir.types import Type, numel
 from ...ops import linalg, nn
 from ...ops import quant as q
 from ...ops import reduce as red
@@ -65,22 +65,50 @@ def dequantize_linear(n: Node):
 
 @handler("DynamicQuantizeLinear")
 def dynamic_quantize_linear(n: Node):
-    x = n.x(0)
-    b = n.b
+    y, scale, zero = dynamic_quantize(n.b, n.x(0))
+    return [Val(y, None, "u8"), scale, Val(zero, None, "u8")]
+
+
+def dynamic_quantize(b, x):
+    """(x as uint8, its scale, its zero point as uint8) by ONNX DynamicQuantizeLinear's definition: the range of x
+    and 0 over 255 steps, the zero point and the values rounded half to even."""
     zero = Lit(0.0, Type(x.type.dtype))
     hi = b.max(red.amax(b, x), zero)
     lo = b.min(red.amin(b, x), zero)
     scale = b.div(b.sub(hi, lo), Lit(255.0, Type(x.type.dtype)))
     zp_f = b.max(b.min(round_half_even(b, b.div(b.neg(lo), scale)), Lit(255.0, Type(x.type.dtype))), zero)
-    y = q.quantize_int(b, x, scale, zp_f, "u8", "u8")
-    return [Val(y, None, "u8"), scale, Val(b.convert(zp_f, dtype="u8"), None, "u8")]
+    return q.quantize_int(b, x, scale, zp_f, "u8", "u8"), scale, b.convert(zp_f, dtype="u8")
 
 
 @handler("MatMulInteger")
 def matmul_integer(n: Node):
+    fast = integer_sums(n.b, n.x(0), n.dtype(0), n.opt(2), n.known(2), n.x(1), n.known(1),
+                        n.known(3) if n.has(3) else np.zeros((), np.int8))
+    if fast is not None:
+        return [fast]
     a = q.integer_operand(n.b, n.x(0), n.opt(2), n.x(0).type.rank - 2 if n.x(0).type.rank >= 2 else None)
     bm = q.integer_operand(n.b, n.x(1), n.opt(3), n.x(1).type.rank - 1)
     return [linalg.matmul(n.b, a, bm)]
+
+
+def integer_sums(b, a, a_type: str, a_zp, a_zp_value, w, w_value, w_zp_value):
+    """Σ_k (a - a_zp)·w as int32 on the integer kernel (qmatmul with int32 results) when w is a constant int8
+    [K, N] (w_value) with zero point 0 and a an 8-bit tensor with one zero point (a_zp, or None; its value
+    a_zp_value when known), else None. A zero point known only at run time (DynamicQuantizeLinear's) is taken out
+    after the product: Σ (a - z)·w = Σ a·w - z·Σ_k w[k, :]."""
+    if w_value is None or w_value.ndim != 2 or w_value.dtype != np.int8 or w_zp_value is None or \
+            np.any(w_zp_value != 0) or a_type not in RANGES or a.type.rank < 1 or \
+            (a_zp is not None and numel(a_zp.type.shape) != 1):
+        return None
+    z = a_zp_value if a_zp is not None else np.zeros((), np.int64)
+    x_zero = int(_scalar(z)) if z is not None else 0
+    bias = b.constant(value=Dense.of(np.zeros(w_value.shape[1], np.int32)))
+    scale = b.constant(value=Dense.of(np.ones(1, np.float32)))
+    y = b.qmatmul(a, w, bias, scale, x_zero=x_zero, y_zero=0, lo=0, hi=0, out="i32")
+    if z is not None:
+        return y
+    sums = b.constant(value=Dense.of(w_value.astype(np.int32).sum(0).astype(np.int32)))
+    return b.sub(y, b.mul(b.convert(b.reshape(a_zp, shape=()), dtype="i32"), sums))
 
 
 @handler("ConvInteger")

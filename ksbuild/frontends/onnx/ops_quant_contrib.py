@@ -1,6 +1,7 @@
 """onnxruntime's quantized operators (domain com.microsoft), which its quantizer writes in the QOperator format:
 QGemm, QLinearAdd, QLinearMul, QLinearConcat, QLinearGlobalAveragePool, QLinearAveragePool, QLinearSigmoid,
-QLinearLeakyRelu.
+QLinearLeakyRelu, QLinearSoftmax, and the dynamic products DynamicQuantizeMatMul and MatMulIntegerToFloat (which
+onnxruntime's optimizer writes into an optimized model for DynamicQuantizeLinear → MatMulInteger → Cast → Mul).
 
 QGemm is an integer product (prims/qlinear.py's qmatmul when its operands allow, else int32 IR); the others are
 what onnxruntime's contrib op schemas define: the inputs dequantized, the float operation, the result quantized.
@@ -14,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.core import Lit
-from ...ir.types import Type
+from ...ir.types import Type, numel
 from ...ops import activations, linalg, nn
 from ...ops import quant as q
 from ...ops import reduce as red
@@ -22,7 +23,7 @@ from ...ops.shape import concatenate
 from .graph import handler
 from .node import Node
 from .ops_nn import _pool_kernel, _window_attrs
-from .ops_quant import _requantize, integer_kernel_params
+from .ops_quant import _requantize, dynamic_quantize, integer_kernel_params, integer_sums
 from .values import Val, compute_dtype
 
 MS = "com.microsoft"
@@ -176,3 +177,61 @@ def qlinear_sigmoid(n: Node):
 @handler("QLinearLeakyRelu", domain=MS)
 def qlinear_leaky_relu(n: Node):
     return [_quant(n, activations.leaky_relu(n.b, _dequant(n, 0, 1, 2), n.attr("alpha", 0.01)), 3, 4)]
+
+
+@handler("QLinearSoftmax", domain=MS)
+def qlinear_softmax(n: Node):
+    """onnxruntime's arithmetic (ops/quant.py: softmax_quantized: its table of exponentials, floor(1 / y_scale)) for
+    constant scales and zero points, along the last axis (opset >= 13: one axis); else the schema's definition
+    (dequantize, softmax, quantize)."""
+    x = n.x(0)
+    rank = x.type.rank
+    opset = n.attr("opset", 13)
+    axis = n.attr("axis", -1 if opset >= 13 else 1)
+    axis = axis + rank if axis < 0 else axis
+    known = [n.known(i) if n.has(i) else np.zeros((), np.uint8) for i in (1, 3, 4)]
+    to = n.dtype(4) if n.has(4) else n.dtype(0)
+    length = x.type.shape[axis] if axis == rank - 1 else None
+    if to in ("u8", "i8") and n.dtype(0) == to and isinstance(length, int) and \
+            all(k is not None and k.size == 1 for k in known):
+        x_s, y_s, y_z = (k.reshape(-1)[0] for k in known)
+        from ...ir.dense import Dense
+        table = n.b.constant(value=Dense.of(q.softmax_table(float(x_s), length)))
+        return [Val(q.softmax_quantized(n.b, x, axis, table, float(y_s), int(y_z), to, compute_dtype(to)), None, to)]
+    if opset < 13 and axis != rank - 1:
+        raise n.unsupported("QLinearSoftmax of opset < 13 over more than the last axis")
+    return [_quant(n, red.softmax(n.b, _dequant(n, 0, 1, 2), axis), 3, 4)]
+
+
+@handler("DynamicQuantizeMatMul", domain=MS)
+def dynamic_quantize_matmul(n: Node):
+    """Y = (DynamicQuantizeLinear(A) · B as int32) · (a_scale · b_scale) + bias (onnxruntime's contrib schema; inputs
+    A, B, b_scale, b_zero_point, bias)."""
+    a, a_scale, a_zero = dynamic_quantize(n.b, n.x(0))
+    return [_integer_to_float(n, a, "u8", a_scale, a_zero, None, 1, 2, 3 if n.has(3) else None, 4)]
+
+
+@handler("MatMulIntegerToFloat", domain=MS)
+def matmul_integer_to_float(n: Node):
+    """Y = (A - a_zero) · (B - b_zero) as int32 · (a_scale · b_scale) + bias (onnxruntime's contrib schema; inputs
+    A, B, a_scale, b_scale, a_zero_point, b_zero_point, bias)."""
+    a_zero = n.opt(4)
+    return [_integer_to_float(n, n.x(0), n.dtype(0), n.x(2), a_zero, n.known(4) if a_zero is not None else None, 1, 3,
+                              5 if n.has(5) else None, 6)]
+
+
+def _integer_to_float(n: Node, a, a_type: str, a_scale, a_zero, a_zero_value, w: int, w_scale: int, w_zero, bias: int):
+    """The int32 product of 8-bit a and the weights at input w, times a_scale · (the scale at w_scale), plus the bias
+    at input `bias` if given: on the integer kernel when it takes them (ops_quant.integer_sums), else int32 loops."""
+    w_zero_value = n.known(w_zero) if w_zero is not None else np.zeros((), np.int8)
+    acc = integer_sums(n.b, a, a_type, a_zero, a_zero_value, n.x(w), n.known(w), w_zero_value)
+    if acc is None:
+        axis = a.type.rank - 2 if a.type.rank >= 2 else None
+        acc = linalg.matmul(n.b, q.integer_operand(n.b, a, a_zero, axis),
+                            q.integer_operand(n.b, n.x(w), n.opt(w_zero) if w_zero is not None else None,
+                                              n.x(w).type.rank - 1))
+    s_a = n.b.reshape(a_scale, shape=()) if a_scale.type.rank else a_scale
+    s_w = n.x(w_scale)
+    s_w = n.b.reshape(s_w, shape=()) if s_w.type.rank and numel(s_w.type.shape) == 1 else s_w
+    y = n.b.mul(n.b.convert(acc, dtype="f32"), n.b.mul(s_a, s_w))
+    return n.b.add(y, n.x(bias)) if n.has(bias) else y

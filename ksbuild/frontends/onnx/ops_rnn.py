@@ -1,6 +1,10 @@
-"""ONNX RNN, GRU and LSTM: attributes parsed here, the layers are ops/rnn.py loops."""
+"""ONNX RNN, GRU and LSTM (and onnxruntime's com.microsoft DynamicQuantizeLSTM): attributes parsed here, the layers
+are ops/rnn.py loops."""
 from __future__ import annotations
 
+import numpy as np
+
+from ...ir.dense import Dense
 from ...ops import rnn
 from .graph import handler
 from .node import Node
@@ -12,11 +16,11 @@ DEFAULT_ALPHA = {"LeakyRelu": 0.01, "ThresholdedRelu": 1.0, "HardSigmoid": 0.2, 
 DEFAULT_BETA = {"HardSigmoid": 0.5}
 
 
-def _activations(n: Node, dirs: int) -> list:
-    names = n.attr("activations", None) or DEFAULTS[n.op] * dirs
+def _activations(n: Node, dirs: int, kind: str) -> list:
+    names = n.attr("activations", None) or DEFAULTS[kind] * dirs
     alphas = list(n.attr("activation_alpha", None) or [])
     betas = list(n.attr("activation_beta", None) or [])
-    if len(names) != len(DEFAULTS[n.op]) * dirs:
+    if len(names) != len(DEFAULTS[kind]) * dirs:
         raise n.error(f"{n.op}: {len(names)} activations for {dirs} direction(s)")
     acts = []
     for name in names:
@@ -28,26 +32,52 @@ def _activations(n: Node, dirs: int) -> list:
 
 @handler("RNN", "GRU", "LSTM")
 def recurrent(n: Node):
-    x, w, r = n.x(0), n.x(1), n.x(2)
+    return _recurrent(n, n.op, n.x(1), n.x(2))
+
+
+@handler("DynamicQuantizeLSTM", domain="com.microsoft")
+def dynamic_quantize_lstm(n: Node):
+    """onnxruntime's LSTM of int8 weights (W [dirs, input, 4·hidden], R [dirs, hidden, 4·hidden], transposed from
+    LSTM's, with scales and zero points per direction or per column), as an LSTM of the dequantized weights.
+    onnxruntime also quantizes the input and the hidden state at run time (one scale per product) and multiplies
+    in integers, so its outputs differ from these by the activations' quantization error (docs/quantization.md)."""
+    w, r = _dequantized(n, 1, 8, 9), _dequantized(n, 2, 10, 11)
+    return _recurrent(n, "LSTM", w, r)
+
+
+def _dequantized(n: Node, q: int, scale: int, zero: int):
+    """The constant int8 weights at input q ([dirs, in, 4·hidden]) dequantized and transposed to LSTM's layout
+    [dirs, 4·hidden, in] (f32: (w - zero)·scale)."""
+    w, s = n.known(q), n.known(scale)
+    z = n.known(zero) if n.has(zero) else np.zeros_like(s, dtype=np.int8)
+    if w is None or s is None or z is None:
+        raise n.unsupported("DynamicQuantizeLSTM with weights, scales or zero points computed at run time")
+    s, z = (np.asarray(v).reshape(w.shape[0], 1, -1) for v in (s, z))
+    f = (w.astype(np.float32) - z.astype(np.float32)) * s.astype(np.float32)
+    return n.b.constant(value=Dense.of(np.ascontiguousarray(f.transpose(0, 2, 1)).astype(np.float32)))
+
+
+def _recurrent(n: Node, kind: str, w, r):
+    x = n.x(0)
     direction = n.attr_in("direction", ("forward", "reverse", "bidirectional"), "forward")
     dirs = 2 if direction == "bidirectional" else 1
     hidden = n.attr("hidden_size", None) or r.type.shape[-1]
     layout = n.attr_in("layout", (0, 1), 0)
     clip = n.attr("clip", None)
-    flag = bool(n.attr("input_forget", 0)) if n.op == "LSTM" else bool(n.attr("linear_before_reset", 0)) \
-        if n.op == "GRU" else False
-    acts = _activations(n, dirs)
+    flag = bool(n.attr("input_forget", 0)) if kind == "LSTM" else bool(n.attr("linear_before_reset", 0)) \
+        if kind == "GRU" else False
+    acts = _activations(n, dirs, kind)
     bias, lens = n.opt(3), n.opt(4)
     h0 = n.opt(5)
-    c0 = n.opt(6) if n.op == "LSTM" else None
-    p = n.opt(7) if n.op == "LSTM" else None
+    c0 = n.opt(6) if kind == "LSTM" else None
+    p = n.opt(7) if kind == "LSTM" else None
     if layout == 1:
         x = n.b.transpose(x, perm=(1, 0, 2))
         h0 = n.b.transpose(h0, perm=(1, 0, 2)) if h0 is not None else None
         c0 = n.b.transpose(c0, perm=(1, 0, 2)) if c0 is not None else None
     if lens is not None:
         lens = lens if lens.type.dtype == "i64" else n.b.convert(lens, dtype="i64")
-    outs = rnn.run_layer(n.b, n.op.lower(), x, w, r, bias, [h0, c0], p, hidden, direction, acts, clip, lens, flag)
+    outs = rnn.run_layer(n.b, kind.lower(), x, w, r, bias, [h0, c0], p, hidden, direction, acts, clip, lens, flag)
     if layout == 1:  # y [batch, seq, dirs, hidden], states [batch, dirs, hidden]
         outs = [n.b.transpose(outs[0], perm=(2, 0, 1, 3))] + [n.b.transpose(s, perm=(1, 0, 2)) for s in outs[1:]]
     return outs

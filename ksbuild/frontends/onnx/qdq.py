@@ -5,13 +5,13 @@ model as float operators between DequantizeLinear and QuantizeLinear nodes. As o
 `fold_qdq` rewrites the node list before import (a pure function of the nodes and initializers):
 
 - DQ(x), DQ(w) [, DQ(bias int32)] → Conv → [Relu | Clip] → Q  becomes QLinearConv;
-- DQ(a), DQ(b) → MatMul → [Relu | Clip] → Q                    becomes QLinearMatMul;
+- DQ(a), DQ(b) → MatMul → [Relu | Clip] → Q (b per tensor, or constant [K, N] per column)  becomes QLinearMatMul;
 - DQ(a), DQ(b) [, DQ(bias)] → Gemm (alpha = beta = 1, no transA) → [Relu | Clip] → Q  becomes com.microsoft QGemm;
 - DQ(x) → MaxPool, Reshape, Flatten, Transpose, Squeeze, Unsqueeze → Q of the same scale and zero point becomes the
   op on the 8-bit tensor (choosing a maximum or moving elements commutes with a monotone quantization);
 - DQ(a), DQ(b) → Mul | Add → Q (per tensor, one 8-bit type) becomes com.microsoft QLinearMul | QLinearAdd, and
-  DQ(x) → GlobalAveragePool → Q com.microsoft QLinearGlobalAveragePool, with onnxruntime's rounding (its optimizer
-  folds them).
+  DQ(x) → GlobalAveragePool → Q com.microsoft QLinearGlobalAveragePool, and DQ(x) → Softmax (axis -1) → Q
+  com.microsoft QLinearSoftmax, with onnxruntime's rounding (its optimizer folds them).
 
 A Relu or Clip between the op and Q is folded into the integer operator's output bounds, exactly: quantization
 is monotone, so Q(relu(v)) = max(Q(v), Q(0)) = max(Q(v), y_zero), and Clip's bounds quantize alike. They travel as
@@ -128,12 +128,14 @@ def _fold_product(g: _Graph, node, made: list):
     if node.op_type == "Gemm" and (attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0 or
                                    attrs.get("beta", 1.0) != 1.0):
         return None
-    w_axis = {"Conv": 0, "MatMul": None, "Gemm": 0 if attrs.get("transB", 0) else 1}[node.op_type]
+    w_axis = {"Conv": 0, "MatMul": 1, "Gemm": 0 if attrs.get("transB", 0) else 1}[node.op_type]
     x = _dq_parts(g, g.made_by(node.input[0], "DequantizeLinear"))
     w = _dq_parts(g, g.made_by(node.input[1], "DequantizeLinear"), w_axis)
     tail = _tail(g, node.output[0])
     if x is None or w is None or tail is None:
         return None
+    if node.op_type == "MatMul" and g.known[w[1]].size != 1 and getattr(g.known.get(w[0]), "ndim", 0) != 2:
+        return None  # (a scale per column: constant weights [K, N], QLinearMatMul's b_scale [N])
     bias = None
     if len(node.input) > 2 and node.input[2]:
         b = _dq_parts(g, g.made_by(node.input[2], "DequantizeLinear"), 0)
@@ -203,9 +205,9 @@ def _fold_binary(g: _Graph, node):
                             domain="com.microsoft"), q
 
 
-def _fold_global_average(g: _Graph, node):
-    """GlobalAveragePool of a per-tensor DQ, read by a Q of the same 8-bit type alone: onnxruntime's com.microsoft
-    QLinearGlobalAveragePool (its arithmetic: ops_quant_contrib.py), as its optimizer folds it; or None."""
+def _fold_unary(g: _Graph, node, op: str, **attrs):
+    """node of a per-tensor DQ, read by a Q of the same 8-bit type alone (constant f32 scales), as onnxruntime's
+    com.microsoft operator op of the DQ's input and the Q's scale and zero point; or None."""
     from onnx import helper
     parts = _dq_parts(g, g.made_by(node.input[0], "DequantizeLinear"))
     q = g.only_reader(node.output[0], ("QuantizeLinear",))
@@ -215,8 +217,22 @@ def _fold_global_average(g: _Graph, node):
     if any(v is None or v.size != 1 for v in scales + zeros) or any(s.dtype != np.float32 for s in scales) or \
             zeros[0].dtype != zeros[1].dtype or zeros[0].dtype not in (np.uint8, np.int8):
         return None
-    return helper.make_node("QLinearGlobalAveragePool", [*parts, q.input[1], q.input[2]], [q.output[0]],
-                            name=f"{node.name or node.output[0]}_qdq", domain="com.microsoft", channels_last=0), q
+    return helper.make_node(op, [*parts, q.input[1], q.input[2]], [q.output[0]],
+                            name=f"{node.name or node.output[0]}_qdq", domain="com.microsoft", **attrs), q
+
+
+def _fold_global_average(g: _Graph, node):
+    """GlobalAveragePool as QLinearGlobalAveragePool (its arithmetic: ops_quant_contrib.py), as onnxruntime's
+    optimizer folds it; or None."""
+    return _fold_unary(g, node, "QLinearGlobalAveragePool", channels_last=0)
+
+
+def _fold_softmax(g: _Graph, node):
+    """Softmax over the last axis as QLinearSoftmax (onnxruntime's table and rounding: ops_quant_contrib.py), as its
+    optimizer folds it; or None. (Only an explicit axis -1: the last axis under every opset's Softmax.)"""
+    if _attrs(node).get("axis") != -1:
+        return None
+    return _fold_unary(g, node, "QLinearSoftmax", axis=-1, opset=13)
 
 
 def fold_qdq(nodes, inits: dict, outputs: set[str]) -> list:
@@ -232,7 +248,8 @@ def fold_qdq(nodes, inits: dict, outputs: set[str]) -> list:
         folded = _fold_product(g, n, made) if n.op_type in ("Conv", "MatMul", "Gemm") else \
             _fold_pass_through(g, n) if n.op_type in PASS_THROUGH else \
             _fold_binary(g, n) if n.op_type in ("Mul", "Add") else \
-            _fold_global_average(g, n) if n.op_type == "GlobalAveragePool" else None
+            _fold_global_average(g, n) if n.op_type == "GlobalAveragePool" else \
+            _fold_softmax(g, n) if n.op_type == "Softmax" else None
         if folded is None:
             continue
         new, q = folded
