@@ -129,7 +129,7 @@ def render_project(m: Manifest, exports: list[Export], out: Path, target: Target
 
 
 def _render_project(m: Manifest, exports: list[Export], out: Path, target: Target) -> None:
-    data, forms, helpers = DataSection(m.name), EpilogueForms(), Helpers()
+    data, forms, helpers = DataSection.for_target(m.name, target.vectors), EpilogueForms(), Helpers()
     vs = views(m, exports, data, forms, helpers, target.vectors)
     # (a package of scalar functions only is not worth compiling several times)
     # (one build for size, and for a package of scalar functions only: not worth compiling several times)
