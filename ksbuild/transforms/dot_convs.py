@@ -55,13 +55,17 @@ def _row_rule(b, eqn, ins):
 
 def _dense(eqn) -> bool:
     """Whether a product of one row is "ik,jk->ij" with a literal n >= DOT_BLOCK (ks::tiles::dense_row)."""
-    left, right = eqn.params["spec"].split("->")
+    return len(eqn.ins) == 2 and dense_applies(eqn.params["spec"], eqn.ins[1].type.shape)
+
+
+def dense_applies(spec: str, w_shape: tuple) -> bool:
+    """Whether a product of one row with spec and a weight of shape w_shape is x · wᵀ, "ik,jk->ij", with a literal
+    n >= DOT_BLOCK: impl "dense" (ks::tiles::dense_row; step_projections.py asks too)."""
+    left, right = spec.split("->")
     a_axes, b_axes = left.split(",")
-    if len(eqn.ins) != 2 or len(a_axes) != 2 or len(b_axes) != 2 or a_axes[1] != b_axes[1] or \
-            right != a_axes[0] + b_axes[0]:
+    if len(a_axes) != 2 or len(b_axes) != 2 or a_axes[1] != b_axes[1] or right != a_axes[0] + b_axes[0]:
         return False
-    n = eqn.ins[1].type.shape[0]
-    return isinstance(n, int) and n >= DOT_BLOCK
+    return isinstance(w_shape[0], int) and w_shape[0] >= DOT_BLOCK
 
 
 def _product_rule(b, eqn, ins):
