@@ -129,23 +129,24 @@ def test_without_vectors_float_convolutions_are_dots():
     assert impls == {True: ["tiles", "depthwise"], False: ["dots", "dots", "dots"]}
 
 
-def test_without_vectors_or_convolutions_a_product_of_one_row_is_a_loop_nest():
-    """Without convolutions dot_convs makes a float product of one row (a batch-1 MLP's layer) impl "loops" on a
-    target without a vector unit; one of two rows keeps the dot kernels (impl "tiles"); with vectors nothing
-    changes. The values are the interpreter's."""
+def test_without_vectors_or_convolutions_a_product_of_one_row_is_a_dense_row_call_or_a_loop_nest():
+    """Without convolutions dot_convs makes a float product of one row (a batch-1 MLP's layer) x · wᵀ impl "dense"
+    (ks::tiles::dense_row) on a target without a vector unit, or impl "loops" when w has fewer than 4 rows; one of two
+    rows keeps the dot kernels (impl "tiles"); with vectors nothing changes. The values are the interpreter's."""
     from ksbuild.ir.builder import Builder
     from ksbuild.ir.core import Var
     from ksbuild.ir.types import Type
     rng = np.random.default_rng(5)
-    for rows in (1, 2):
+    for rows, n in ((1, 10), (2, 10), (1, 3)):
         b = Builder()
         x = Var(Type("f32", (rows, 30)), "x")
-        w = Var(Type("f32", (10, 30)), "w")
+        w = Var(Type("f32", (n, 30)), "w")
         f = b.func("dense", [x, w], [b.einsum(x, w, spec="ij,kj->ik")])
         args = [rng.standard_normal(v.type.shape).astype(np.float32) for v in f.params]
         for vectors in (True, False):
             g = lower(f, Options(backend="plain", vectors=vectors), after="dot_convs")
             verify(g)
             (impl,) = [e.params["impl"] for e in g.eqns if e.prim.name == "contract"]
-            assert impl == ("loops" if rows == 1 and not vectors else "tiles"), (rows, vectors, impl)
+            want = ("dense" if n >= 4 else "loops") if rows == 1 and not vectors else "tiles"
+            assert impl == want, (rows, n, vectors, impl)
             np.testing.assert_allclose(eval_func(g, args)[0], args[0] @ args[1].T, rtol=1e-5, atol=1e-5)

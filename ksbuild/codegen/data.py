@@ -3,7 +3,10 @@
 Small constants become C++ arrays in the source. Large ones are not printed: their bytes go
 into one binary blob per package (src/<P>_data.bin), assembled into libP.a by an `.incbin`
 directive (src/<P>_data.S), so the generated source stays small however big the model is.
-Each constant is a 64-byte aligned range of the blob, read through a typed pointer. String
+Each constant is a 64-byte aligned range of the blob (a cache line, and any vector load's alignment), read through a
+typed pointer; the small arrays are 16-byte aligned. On a target without a vector unit (a microcontroller: no vector
+loads, no cache lines) the blob and its ranges are 8-byte aligned and the arrays 4-byte (the integer kernels' word
+loads): the gaps between them were 64 B of the benchmark's MLP's flash on a Cortex-M4 (issue 35). String
 constants are always arrays of C string literals (a blob would need its pointers relocated).
 """
 from __future__ import annotations
@@ -15,6 +18,7 @@ from ..ir.types import C_TYPES
 
 INLINE_MAX_BYTES = 256  # constants up to this size are C++ array literals in the source
 ALIGN = 64
+SMALL_ARRAY_ALIGN = 4  # (without a vector unit: DataSection.for_target)
 
 
 @dataclass
@@ -26,6 +30,13 @@ class DataSection:
     values: dict[str, Dense] = field(default_factory=dict)     # digest -> constant
     offsets: dict[str, int] = field(default_factory=dict)      # digest -> offset in the blob
     blob_size: int = 0
+    align: int = ALIGN          # of the blob and each constant in it
+    array_align: int = 16       # of the small constants' arrays
+
+    @staticmethod
+    def for_target(package: str, vectors: bool) -> "DataSection":
+        """The constants of a package built for a target with or without a vector unit (Target.vectors)."""
+        return DataSection(package) if vectors else DataSection(package, align=8, array_align=SMALL_ARRAY_ALIGN)
 
     @property
     def blob_symbol(self) -> str:
@@ -39,7 +50,7 @@ class DataSection:
             self.values[key] = value
             if len(value.data) > INLINE_MAX_BYTES and value.dtype != "str":
                 self.offsets[key] = self.blob_size
-                self.blob_size += -(-len(value.data) // ALIGN) * ALIGN
+                self.blob_size += -(-len(value.data) // self.align) * self.align
         return self.names[key]
 
     def declarations(self) -> list[str]:
@@ -56,7 +67,7 @@ class DataSection:
                 lines.append(f"static const {c}* const {name} = reinterpret_cast<const {c}*>({self.blob_symbol} + "
                              f"{self.offsets[key]});  // {v.type}")
             else:
-                lines.append(f"alignas(16) static const {c} {name}[{max(v.size, 1)}] = {{{_items(v)}}};  // {v.type}")
+                lines.append(f"alignas({self.array_align}) static const {c} {name}[{max(v.size, 1)}] = {{{_items(v)}}};  // {v.type}")
         return lines
 
     def blob(self) -> bytes:
@@ -78,7 +89,7 @@ class DataSection:
 #define KS_SYMBOL {sym}
     .section .rodata.ks_blob,"a"
 #endif
-    .balign {ALIGN}
+    .balign {self.align}
     .globl KS_SYMBOL
 #if defined(__ELF__)
     .hidden KS_SYMBOL

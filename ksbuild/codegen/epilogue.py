@@ -297,6 +297,16 @@ def affine(w: Writer, eqn: Eqn, views) -> str | None:
     """The epilogue as a ks::make_affine call (ks/kernels.h), which the kernels apply as they store,
     when it is v + bias[channel] then clamps (each optional, in that order), or None. The bias must read one
     element per output channel (axis 1 of the result, with `views` merging the rest), the bounds be literals."""
+    parts = affine_parts(w, eqn, views)
+    if parts is None:
+        return None
+    c, bias, bits, lo, hi = parts
+    return f"ks::make_affine<{c}>({bias}, {bits}, {lo}, {hi})"
+
+
+def affine_parts(w: Writer, eqn: Eqn, views) -> tuple[str, str, int, str, str] | None:
+    """affine's epilogue as (C++ element type, bias pointer or "nullptr", bounds bits (1: lo, 2: hi), lo, hi;
+    "0" for a bound not set), or None."""
     body: Func = eqn.params["epilogue"]
     bound = _bind(w, body, extras(eqn), eqn.outs[0].type.shape, views)
     if bound is None or eqn.outs[0].type.dtype not in ("f32", "f64"):
@@ -329,5 +339,4 @@ def affine(w: Writer, eqn: Eqn, views) -> str | None:
         x = e.outs[0]
     if compares or body.results[0] is not x or (bias == "nullptr" and not bits):
         return None
-    c = w.ctype(eqn.outs[0].type)
-    return f"ks::make_affine<{c}>({bias}, {bits}, {limits.get(1, '0')}, {limits.get(2, '0')})"
+    return w.ctype(eqn.outs[0].type), bias, bits, limits.get(1, "0"), limits.get(2, "0")

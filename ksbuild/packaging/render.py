@@ -108,11 +108,12 @@ def target_record(t: Target) -> dict:
 
 KERNEL_LAYER_CALL = re.compile(r"\bks::(tiled_gemm|packed_gemm|gemm|conv|conv_as|conv_rows|conv_winograd|"
                                r"conv_depthwise|conv_dots|conv_pointwise|"
-                               r"winograd_kernel|max_pool|qconv|qconv_depthwise|qmatmul|qlookup|parts::\w+)<")
+                               r"winograd_kernel|max_pool|qconv|qconv_depthwise|qmatmul|qmatmul_folded|qlookup|parts::\w+)<")
 """A call of the kernel layer (ks/kernels.h) in generated code: the project then compiles src/ks/kernels.cpp."""
 
 
-INTEGER_KERNEL_CALL = re.compile(r"\bks::(qconv|qconv_depthwise|qmatmul|qlookup|qpack_rows|qpack_columns)\b")
+INTEGER_KERNEL_CALL = re.compile(r"\bks::(qconv|qconv_depthwise|qmatmul|qmatmul_folded|qlookup|qpack_rows|"
+                                 r"qpack_columns)\b")
 """A call of the kernel layer's integer kernels (ks/qconv.h): the project then compiles them too (KS_KERNELS_INT8;
 a package of float kernels only does not carry their code)."""
 
@@ -129,7 +130,7 @@ def render_project(m: Manifest, exports: list[Export], out: Path, target: Target
 
 
 def _render_project(m: Manifest, exports: list[Export], out: Path, target: Target) -> None:
-    data, forms, helpers = DataSection(m.name), EpilogueForms(), Helpers()
+    data, forms, helpers = DataSection.for_target(m.name, target.vectors), EpilogueForms(), Helpers()
     vs = views(m, exports, data, forms, helpers, target.vectors)
     # (a package of scalar functions only is not worth compiling several times)
     # (one build for size, and for a package of scalar functions only: not worth compiling several times)

@@ -180,7 +180,7 @@ def apply_epilogue(value, extra, epilogue: Func | None, env):
 
 
 def _contract_rule(in_types, spec, impl, acc, threads: int = 0, cols=None, epilogue=None):
-    if impl not in ("loops", "gemm", "tiles", "panels"):
+    if impl not in ("loops", "dense", "gemm", "tiles", "panels"):
         raise KsbuildError(f"internal: unknown contraction implementation '{impl}'")
     n_extra = len(epilogue.params) - 1 if epilogue is not None else 0
     main, extra = list(in_types[:len(in_types) - n_extra]), list(in_types[len(in_types) - n_extra:])
@@ -233,6 +233,8 @@ def _emit_contract(ctx, eqn: Eqn) -> None:
         fused = _emit_packed_gemm(ctx, eqn, sa, sb, dst, into)
     elif p["impl"] in ("gemm", "tiles") and sa.literal is None and sb.literal is None:
         fused = _emit_gemm(ctx, eqn, sa, sb, dst, into)
+    elif p["impl"] == "dense" and _dense_operands(ctx, eqn, sa, sb, dst, into):
+        fused = _emit_dense(ctx, eqn, sa, sb, dst)
     else:
         _emit_loops(ctx, eqn, sa, sb, dst, into)
     if p.get("epilogue") is not None and not fused:
@@ -499,6 +501,20 @@ def _contract_parallel(eqn: Eqn) -> bool:
     return not all(isinstance(d, int) for d in mnk) or math.prod(mnk) >= PARALLEL_MIN_MACS
 
 
+def _column_views(out_letters: str, m: str, n: str):
+    """The views that read a product's [m, n] result (or an epilogue operand of its shape) by column, as
+    epilogues.affine reads a channel's: [1, n, m]."""
+    at_m, at_n = out_letters.index(m), out_letters.index(n)
+
+    def columns(s: Storage) -> Storage | None:
+        shape = (1, s.shape[at_n], s.shape[at_m])
+        if s.literal is not None:
+            return Storage.splat(s.literal, shape)
+        return Storage(s.base, shape, ("0", s.strides[at_n], s.strides[at_m]), False, into=s.root, origin=s.origin,
+                       offset=s.offset)
+    return columns
+
+
 def _column_affine(ctx, eqn: Eqn, out_letters: str, m: str, n: str) -> str | None:
     """The name of a ks::affine for the epilogue when it is v + bias[column] then clamps (a dense layer's
     relu(x·W + b): ks::column_affine_epilogue, which ks::packed_gemm's tiles apply to their accumulators as they
@@ -506,20 +522,49 @@ def _column_affine(ctx, eqn: Eqn, out_letters: str, m: str, n: str) -> str | Non
     ks::tiles::columns_in_tiles)."""
     if eqn.params.get("epilogue") is None or len(out_letters) != 2 or eqn.outs[0].type.dtype != "f32":
         return None
-    at_m, at_n = out_letters.index(m), out_letters.index(n)
-
-    def columns(s: Storage) -> Storage | None:  # (the result [m, n] seen as affine() reads it: [1, n, m])
-        shape = (1, s.shape[at_n], s.shape[at_m])
-        if s.literal is not None:
-            return Storage.splat(s.literal, shape)
-        return Storage(s.base, shape, ("0", s.strides[at_n], s.strides[at_m]), False, into=s.root, origin=s.origin,
-                       offset=s.offset)
-    simple = epilogues.affine(ctx, eqn, columns)
+    simple = epilogues.affine(ctx, eqn, _column_views(out_letters, m, n))
     if simple is None:
         return None
     name = ctx.namer.fresh("epilogue")
     ctx.line(f"const auto {name} = {simple};")
     return name
+
+
+def _dense_operands(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> bool:
+    """Whether a contract of impl "dense" (one row x [1, k] times a weight w [n, k], n >= DOT_BLOCK: dot_convs.py)
+    has the operands ks::tiles::dense_row reads: x and each row of w contiguous, w's rows k apart, the result's row
+    contiguous, not accumulated into (else its loop nest computes it)."""
+    axes = gemm_axes(eqn.params["spec"])
+    if into or dst is None or axes is None or axes[0] or sa.literal is not None or sb.literal is not None:
+        return False
+    _, m, n, k = axes
+    a, b, o = parse_spec(eqn.params["spec"])
+    x, y = operands(eqn)
+    sizes = dict(zip(a, x.type.shape)) | dict(zip(b, y.type.shape))
+    if len(a) != 2 or len(b) != 2 or sizes[m] != 1 or not isinstance(sizes[n], int) or sizes[n] < DOT_BLOCK:
+        return False
+    return sa.strides[a.index(k)] == "1" and sb.strides[b.index(k)] == "1" and \
+        sb.strides[b.index(n)] == ctx.dim(sizes[k]) and dst.strides[o.index(n)] == "1"
+
+
+def _emit_dense(ctx, eqn: Eqn, sa, sb, dst) -> bool:
+    """One ks::tiles::dense_row call (prelude/ks/gemm.h) for a contract of impl "dense" with _dense_operands, the
+    epilogue applied by it when it is v + bias[column] then clamps (epilogues.affine_parts); whether it was."""
+    a, b, o = parse_spec(eqn.params["spec"])
+    _, m, n, k = gemm_axes(eqn.params["spec"])
+    x, y = operands(eqn)
+    sizes = dict(zip(a, x.type.shape)) | dict(zip(b, y.type.shape))
+    c = ctx.ctype(eqn.outs[0].type)
+    parts = None
+    if eqn.params.get("epilogue") is not None and eqn.outs[0].type.dtype == "f32":
+        parts = epilogues.affine_parts(ctx, eqn, _column_views(o, m, n))
+    bias, bits, lo, hi = parts[1:] if parts else ("nullptr", 0, "0", "0")
+    t = eqn.outs[0].type
+    lo = lo if bits & 1 else ctx.literal(-math.inf, t)
+    hi = hi if bits & 2 else ctx.literal(math.inf, t)
+    ctx.line(f"ks::tiles::dense_row<{c}>({sa.base}, {sb.base}, {dst.base}, {ctx.dim(sizes[n])}, "
+             f"{ctx.dim(sizes[k])}, {bias}, {lo}, {hi});")
+    return parts is not None
 
 
 def _emit_packed_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> bool:
@@ -546,7 +591,7 @@ def _emit_packed_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> bool:
 
 contract = Prim(
     name="contract",
-    epilogue_impls=("tiles", "panels", "gemm"),
+    epilogue_impls=("tiles", "panels", "gemm", "dense"),
     inplace=lambda eqn: 0 if eqn.params["acc"] else None,  # (acc: adds the product into its first operand)
     type_rule=_contract_rule,
     eval=_contract_eval,

@@ -321,12 +321,14 @@ def _emit_qmatmul(ctx, eqn: Eqn) -> None:
         raise KsbuildError("internal: a qmatmul reaches the C++ without packed weights (select_backend packs them)")
     scratch = ctx.scratch("uint8_t", f"ks::qmatmul_scratch({k}, {n})", required=True, eqn=eqn)
     _width_check(ctx, eqn)
-    if not eqn.params.get("sums", True):
+    folded = not eqn.params.get("sums", True)
+    if folded:
         ctx.line("static_assert(ks::qtile::bias_offsets, \"weights packed without their sums (ksbuild/transforms/"
                  "narrow_qpacks.py: a microcontroller's) are read by a ks::qmatmul that takes the bias as offsets\");")
     q = _requant_record(ctx, eqn, sbias, ss)
     rows = ctx.dim(numel(a.type.shape[:-1])) if a.type.rank > 1 else "1"
-    ctx.line(f"ks::qmatmul<{ctx.ctype(a.type)}, {ctx.ctype(y.type)}>({rows}, {k}, {n}, {sa.base}, {k}, {sb.base}, "
+    fn = "ks::qmatmul_folded" if folded else "ks::qmatmul"  # (folded: the bias is the offsets, ks/qconv.h)
+    ctx.line(f"{fn}<{ctx.ctype(a.type)}, {ctx.ctype(y.type)}>({rows}, {k}, {n}, {sa.base}, {k}, {sb.base}, "
              f"{out.base}, {scratch}, {q});")
     _finish(ctx, y, out, dst)
 

@@ -10,15 +10,19 @@ When a function has such convolutions, its matrix products a [m, k] · bᵀ with
 Gemm's or a Linear's weight as stored, the classifier after the convolutions) become the same kernel too, as a
 1-d convolution of m images of k channels and one position by n kernels of one tap: the product then links no code
 of its own (ks::packed_gemm's dot products were 1.2 KB at -O3). Without convolutions a product of one row (a batch-1
-MLP's layers, a recurrent cell's step, a classifier) is a loop nest in the generated code (impl "loops": 4 columns
-at a time, blocked in registers) rather than a call of ks::tiles::panel_dots: the dot kernels, the epilogue lambdas
-and the by-value arguments of each call cost an MLP 2 KB of flash and a 384 B frame (issue 36), and the loops take
-at most 0.9 of emx-onnx-cgen's instructions on the benchmark's networks. Products of more rows keep the dot kernels.
+MLP's layers, a recurrent cell's step, a classifier) is not a call of ks::tiles::panel_dots: the dot kernels, the
+epilogue lambdas and the by-value arguments of each call cost an MLP 2 KB of flash and a 384 B frame (issue 36).
+When it is x · wᵀ with w [n, k] as stored (an ONNX Gemm's or a Linear's weight) and n >= 4 it is a call of
+ks::tiles::dense_row (impl "dense": 4 columns at a time, blocked in registers, then v + bias[j] and the bounds of an
+affine epilogue, by value: one function for all such layers of a package, 356 B of the benchmark's MLP at -O3
+where the loop nests of each layer were 732 B); any other is a loop nest in the generated code (impl "loops": the
+same 4 columns at a time). Products of more rows keep the dot kernels.
 """
 from __future__ import annotations
 
 from ..ir.core import Func
 from ..prims.convolve import convolve
+from ..prims.lowering import DOT_BLOCK
 from .rewrite import bind_like, rewrite, walk_funcs
 
 FLOAT = ("f32", "f64")
@@ -39,13 +43,29 @@ def dot_convs(f: Func) -> Func:
 
 
 def _row_rule(b, eqn, ins):
-    """A float product of one row (impl "tiles", not accumulating) as a loop nest (impl "loops")."""
+    """A float product of one row (impl "tiles", not accumulating) as a loop nest (impl "loops"), or, when it is
+    x · wᵀ with w [n, k] as stored and n >= 4 columns, a call of ks::tiles::dense_row (impl "dense")."""
     if eqn.prim.name != "contract" or eqn.params.get("impl") != "tiles" or eqn.params.get("acc"):
         return None
     y = eqn.outs[0].type
     if y.dtype not in FLOAT or y.rank != 2 or y.shape[0] != 1:
         return None
-    return bind_like(b, eqn, eqn.prim, ins, dict(eqn.params, impl="loops"))
+    return bind_like(b, eqn, eqn.prim, ins, dict(eqn.params, impl="dense" if _dense(eqn) else "loops"))
+
+
+def _dense(eqn) -> bool:
+    """Whether a product of one row is "ik,jk->ij" with a literal n >= DOT_BLOCK (ks::tiles::dense_row)."""
+    return len(eqn.ins) == 2 and dense_applies(eqn.params["spec"], eqn.ins[1].type.shape)
+
+
+def dense_applies(spec: str, w_shape: tuple) -> bool:
+    """Whether a product of one row with spec and a weight of shape w_shape is x · wᵀ, "ik,jk->ij", with a literal
+    n >= DOT_BLOCK: impl "dense" (ks::tiles::dense_row; step_projections.py asks too)."""
+    left, right = spec.split("->")
+    a_axes, b_axes = left.split(",")
+    if len(a_axes) != 2 or len(b_axes) != 2 or a_axes[1] != b_axes[1] or right != a_axes[0] + b_axes[0]:
+        return False
+    return isinstance(w_shape[0], int) and w_shape[0] >= DOT_BLOCK
 
 
 def _product_rule(b, eqn, ins):

@@ -69,7 +69,7 @@ def layout_constants(f: Func, vectors: bool = True, threads: int = 0) -> Func:
             changed = True
             params = dict(eqn.params, impl="pointwise", cols=eqn.ins[1].type.shape[0])
             return bind_like(b, eqn, eqn.prim, [ins[0], b.constant(value=panels)] + list(ins[2:]), params)
-        if eqn.prim.name != "contract" or eqn.params["impl"] == "loops" or not single:
+        if eqn.prim.name != "contract" or eqn.params["impl"] in ("loops", "dense") or not single:
             return None
         spec = eqn.params["spec"]
         axes = gemm_axes(spec)

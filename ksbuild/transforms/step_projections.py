@@ -7,7 +7,10 @@ src instead, takes w and the bias as loop constants, and computes the step's pro
 from constants alone and read nowhere else (an LSTM's input and recurrent biases added) becomes one constant. Run only
 for such targets (pipeline Options.vectors false: Cortex-M), whose RAM the projection of all steps filled (an LSTM of
 20 steps and 4 × 32 gates: 10 KB of its 11 KB workspace; emx-onnx-cgen projects step by step, issue 36). With
-vectors the projection of all steps at once is one larger matrix product, faster, and stays.
+vectors the projection of all steps at once is one larger matrix product, faster, and stays. A step of one row
+(batch 1) projects as dot_convs' products of one row do (impl "dense": ks::tiles::dense_row, with the bias as its
+epilogue), not by ks::packed_gemm's panels (whose dot kernels and epilogue code were 2 KB of the benchmark's GRU's
+flash at -O3).
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from ..ir.dense import Dense
 from ..ir.interp import eval_func
 from ..ir.types import Type
 from .dce import dce
+from .dot_convs import dense_applies
 from .rewrite import rewrite, use_counts
 
 FLOAT = ("f32", "f64")
@@ -128,6 +132,8 @@ def _per_step(b: Builder, loop: Eqn, ins: list, src: Atom, w: Atom, bias, produc
     params = [Var(v.type, v.hint) for v in body.params[:1 + n_consts]] + [Var(a.type, "") for a in extra] + \
         [Var(v.type, v.hint) for v in body.params[1 + n_consts:-1]] + [Var(step, "step")]
     wv = params[1 + n_consts]
+    if step.shape[:1] == (1,) and dense_applies(product["spec"], w.type.shape):  # (one row: as dot_convs' own)
+        product = dict(product, impl="dense")
     (x,) = nb.bind(_contract(), [params[-1], wv], dict(product))
     if bias is not None:
         x = nb.add(x, params[2 + n_consts])

@@ -254,9 +254,13 @@ constexpr bool dot_products = true;
 // stack figure counts libc's calls as 0 B, and newlib's memset pushes 12 B).
 #define KS_DOTS                                                                                                  \
     __attribute__((noinline, noclone, optimize("no-version-loops-for-strides", "no-tree-loop-distribute-patterns")))
+#define KS_DENSE                                                                                                 \
+    __attribute__((noinline, noclone,                                                                            \
+                   optimize("no-version-loops-for-strides", "no-tree-loop-distribute-patterns", "no-unswitch-loops")))
 #else
 #define KS_BLOCK __attribute__((noinline))
 #define KS_DOTS __attribute__((noinline))
+#define KS_DENSE __attribute__((noinline))
 #endif
 #define KS_OWN_FRAME __attribute__((always_inline)) inline
 #else
@@ -264,6 +268,7 @@ constexpr bool prefetch_ahead = true;
 constexpr bool dot_products = false;
 #define KS_BLOCK inline
 #define KS_DOTS __attribute__((noinline))
+#define KS_DENSE __attribute__((noinline))
 // KS_OWN_FRAME: a function called out of line, so that its values do not fill its caller's frame beside the
 // caller's own (the rows a block of tiles leaves below them, a convolution's block of tiles: frames of 0.5-0.75 KB
 // on the x86 levels; issue 36: none above 512 B); inlined on a microcontroller, whose flash a call costs.
@@ -1149,6 +1154,45 @@ KS_DOTS void dot_rows(int64_t m, int64_t n, int64_t k, const matrix<const T>& a,
             dot4<T>(x, as, b.data + j * bc, bs, bc, dot_index(k), out + j * cs, cs, cols - j, accumulate);
         }
         dot_epilogue<T>(epi, i, out, c.cs, n);
+    }
+}
+
+// A microcontroller's dense layer of one row (impl "dense", transforms/dot_convs.py: a batch-1 MLP's layers, a
+// classifier): out[j] = f(Σ_p x[p]·w[j·k + p]) for j < n, x contiguous, w the layer's [n, k] weight as stored
+// (an ONNX Gemm's with transB, a Linear's), f v + bias[j] (no bias: nullptr) then clamped below at lo and above at
+// hi (no bound: an infinite one, which changes nothing, NaN included), as ks::affine::apply computes it. 4 columns
+// at a time (x's element loaded once for them), the last 4 overlapping the block before when 4 does not divide n
+// (n >= 4: a few columns computed twice, the same values, instead of a loop of single columns), then f in one
+// rolled loop. One function for every such layer of a package (the epilogue as arguments: a copy per kind of
+// epilogue as template parameters was 0.2 KB more; KS_DENSE: GCC's unswitching on the bias made two copies of
+// that loop): the generated code's own loop nests, one per layer, and their epilogue loops were 732 B of a
+// Cortex-M4's flash for the benchmark's MLP at -O3, this and its three calls 368 B.
+template <class T>
+KS_DENSE void dense_row(const T* x, const T* w, T* out, dot_index n, dot_index k, const T* bias, T lo, T hi) {
+    for (dot_index j = 0; j < n; j += 4) {
+        const dot_index at = j + 4 <= n ? j : n - 4;
+        const T* w0 = w + at * k;
+        const T* w1 = w0 + k;
+        const T* w2 = w1 + k;
+        const T* w3 = w2 + k;
+        T d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+        for (dot_index p = 0; p < k; ++p) {
+            const T v = x[p];
+            d0 += v * w0[p];
+            d1 += v * w1[p];
+            d2 += v * w2[p];
+            d3 += v * w3[p];
+        }
+        out[at] = d0;
+        out[at + 1] = d1;
+        out[at + 2] = d2;
+        out[at + 3] = d3;
+    }
+    KS_ROLLED for (dot_index j = 0; j < n; ++j) {
+        T v = out[j];
+        v = bias != nullptr ? v + bias[j] : v;
+        v = v < lo ? lo : v;
+        out[j] = v > hi ? hi : v;
     }
 }
 

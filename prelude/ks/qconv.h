@@ -1529,6 +1529,36 @@ void qmatmul(conv_dim count, conv_dim depth, conv_dim n, const TX* a, conv_dim l
     }
 }
 
+#if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M'
+// ks::qmatmul of weights packed without their sums (param sums = False: transforms/narrow_qpacks.py folded x_zero·Σw
+// into the bias, and the tiles' zero point is 0), the bias being its offsets: ks::qmatmul's computation of offsets
+// from the sums, which such a package never runs, is not linked (58 B of a Cortex-M4's flash at -Os). A
+// microcontroller's alone, as ks::qtile::bias_offsets. Same arguments and scratch as ks::qmatmul, and its loop
+// (written out again rather than shared: ks::qmatmul's text, and so the x86 kernel layer's code, stays as it was; a
+// shared inline function had changed the slots of two values in its x86 frames).
+template <class TX, class TY>
+void qmatmul_folded(conv_dim count, conv_dim depth, conv_dim n, const TX* a, conv_dim lda, const uint8_t* packed,
+                    TY* y, uint8_t* scratch, const requant& q) {
+    using namespace qtile;
+    uint8_t* block = scratch + round_up(n * 4, 64);
+    int32_t* acc = reinterpret_cast<int32_t*>(block + packed_size(rows, depth, rows));
+    const tile_fn tile = best_tile<true>();
+    const conv_dim qd = quads(depth);
+    for (conv_dim i0 = 0; i0 < count; i0 += rows) {
+        const conv_dim live = count - i0 < rows ? count - i0 : rows;
+        pack(a + i0 * lda, live, depth, lda, 1, rows, block, [](TX v) { return tile_byte(v); });
+        for (conv_dim j0 = 0; j0 < n; j0 += product_cols) {
+            tile_out o = output_of(q, q.bias + j0, q.scales == 1 ? q.scale : q.scale + j0, false, acc);
+            o.y = reinterpret_cast<uint8_t*>(y + i0 * n + j0);
+            o.ld = n;
+            o.live = live;
+            o.count = n - j0 < product_cols ? n - j0 : product_cols;
+            tile(block, packed + j0 * qd * 4, qd, o);
+        }
+    }
+}
+#endif
+
 namespace qtile {
 
 // How many channels a depthwise convolution splits into phase volumes at once: about 16 KB of them (the copy's
@@ -2265,7 +2295,17 @@ void qlookup(conv_dim n, const TY* table, const TX* x, TY* y) {
                                         const requant&);                                                           \
     PREFIX void qmatmul<TX, TY>(conv_dim, conv_dim, conv_dim, const TX*, conv_dim, const uint8_t*, TY*, uint8_t*,       \
                                 const requant&);                                                           \
-    PREFIX void qlookup<TX, TY>(conv_dim, const TY*, const TX*, TY*);
+    PREFIX void qlookup<TX, TY>(conv_dim, const TY*, const TX*, TY*);                                            \
+    KS_QUANT_FOLDED(PREFIX, TX, TY)
+
+// ks::qmatmul_folded: a microcontroller's alone (ks::qtile::bias_offsets).
+#if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M'
+#define KS_QUANT_FOLDED(PREFIX, TX, TY)                                                                           \
+    PREFIX void qmatmul_folded<TX, TY>(conv_dim, conv_dim, conv_dim, const TX*, conv_dim, const uint8_t*, TY*,    \
+                                       uint8_t*, const requant&);
+#else
+#define KS_QUANT_FOLDED(PREFIX, TX, TY)
+#endif
 
 // ks::qmatmul with int32 results (ONNX MatMulInteger), for activations TX.
 #define KS_QSUMS_LAYER(PREFIX, TX)                                                                                \
