@@ -270,6 +270,8 @@ _ELSE = _fn("else", (V, V), lambda b, x, y: [b.sub(b.mul(x, x), y)])
 _BODY = _fn("body", (I, V, F), lambda b, k, xs, c: [b.add(b.mul(c, b.lit(0.5, F)),
                                                          b.mul(b.sin(b.index(xs, k, axis=0)), c))])
 _CALLEE = _fn("helper", (V, V), lambda b, x, y: [b.mul(x, b.exp(y))])
+_THEN_LANE = _fn("then", (F, F), lambda b, x, y: [b.mul(b.sin(x), y)])  # (lane_cond's branches: one lane's scalars)
+_ELSE_LANE = _fn("else", (F, F), lambda b, x, y: [b.sub(b.mul(x, x), y)])
 
 
 def _loop_ref(trip, xs, c):
@@ -444,6 +446,12 @@ SAMPLES = {
                   lambda p, x, y: x * x - y),
     "loop": ((I, V, F), {"body": _BODY, "n_consts": 1, "n_carry": 1, "length": None, "reverse": False},
              (_always(3), normal, normal), _loop_ref),
+    "cond_select:then": ((B, V, V), {"then_fn": _THEN, "else_fn": _ELSE}, (_always(True), normal, normal),
+                         lambda p, x, y: np.sin(x) * y),
+    "cond_select:else": ((B, V, V), {"then_fn": _THEN, "else_fn": _ELSE}, (_always(False), normal, normal),
+                         lambda p, x, y: x * x - y),
+    "lane_cond": ((Type("bool", (4,)), V, V), {"then_fn": _THEN_LANE, "else_fn": _ELSE_LANE, "lanes": (True, True)},
+                  (both, normal, normal), lambda p, x, y: np.where(p, np.sin(x) * y, x * x - y)),
     "call": ((V, V), {"fn": _CALLEE}, (normal, normal), lambda x, y: x * np.exp(y)),
     "call:kept": ((V, V), {"fn": _CALLEE, "kept": True}, (normal, normal), lambda x, y: x * np.exp(y)),
     "digamma": ((V,), {}, (positive,), vec(_digamma_ref)),
@@ -462,11 +470,11 @@ def prim_name(key: str) -> str:
     """The primitive a sample exercises ('einsum:dot' -> 'einsum')."""
     return key.split(":")[0]
 
-# prims that carry functions: cond, loop and call have samples above (cond:then, cond:else, loop, call, call:kept:
-# test_prims runs their rules, test_prims_compiled their C++); the others are exercised through kernels only
-# (custom_*: tests/test_custom_derivatives.py; cond_select, the if-expression: tests/test_singular_ad.py; lane_cond,
-# a per-lane if under vmap: tests/test_branch_nan.py), so breaking one of their rules
-# fails no test named after them. Listed here, the transpose test leaves them out (their samples are not linear).
+# prims that carry functions: cond, cond_select, lane_cond, loop and call have samples above (each branch of an if
+# taken, a per-lane if, a loop, a call inlined and kept): test_prims runs their rules, test_prims_compiled their C++.
+# custom_jvp, custom_vjp and custom_vjp_lin are exercised through kernels only (tests/test_custom_derivatives.py), so
+# breaking one of their rules fails no test named after them. Listed here, the transpose test leaves these out
+# (their samples are not linear).
 STRUCTURED = {"cond", "cond_select", "lane_cond", "loop", "call", "custom_jvp", "custom_vjp", "custom_vjp_lin"}
 # made only by the codegen passes (no AD or batching rules); tests/test_passes.py checks them
 LOWERING = {"fusion", "contract", "convolve", "winograd_kernel", "qpack", "join"}
