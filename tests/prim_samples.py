@@ -270,6 +270,23 @@ _ELSE = _fn("else", (V, V), lambda b, x, y: [b.sub(b.mul(x, x), y)])
 _BODY = _fn("body", (I, V, F), lambda b, k, xs, c: [b.add(b.mul(c, b.lit(0.5, F)),
                                                          b.mul(b.sin(b.index(xs, k, axis=0)), c))])
 _CALLEE = _fn("helper", (V, V), lambda b, x, y: [b.mul(x, b.exp(y))])
+
+
+def _long_chain(b, x, y):
+    """200 steps of x · 0.97 + 0.1, times y: a callee large enough that vjp keeps it a call (fwd_long, bwd_long:
+    call's partial_eval and transpose rules), with few residuals."""
+    for _ in range(200):
+        x = b.add(b.mul(x, b.lit(0.97, F)), b.lit(0.1, F))
+    return [b.mul(x, y)]
+
+
+def _long_ref(x, y):
+    for _ in range(200):
+        x = x * 0.97 + 0.1
+    return x * y
+
+
+_LONG = _fn("long", (V, V), _long_chain)
 _THEN_LANE = _fn("then", (F, F), lambda b, x, y: [b.mul(b.sin(x), y)])  # (lane_cond's branches: one lane's scalars)
 _ELSE_LANE = _fn("else", (F, F), lambda b, x, y: [b.sub(b.mul(x, x), y)])
 
@@ -454,6 +471,7 @@ SAMPLES = {
                   (both, normal, normal), lambda p, x, y: np.where(p, np.sin(x) * y, x * x - y)),
     "call": ((V, V), {"fn": _CALLEE}, (normal, normal), lambda x, y: x * np.exp(y)),
     "call:kept": ((V, V), {"fn": _CALLEE, "kept": True}, (normal, normal), lambda x, y: x * np.exp(y)),
+    "call:long": ((V, V), {"fn": _LONG, "kept": True}, (normal, normal), _long_ref),
     "digamma": ((V,), {}, (positive,), vec(_digamma_ref)),
 }
 
