@@ -250,6 +250,53 @@ def vec(fn):
     return np.vectorize(fn, otypes=[np.float64])
 
 
+def _fn(name: str, types, body):
+    """A sub-function of a control-flow sample: body(b, *params) -> its results."""
+    from ksbuild.ir.builder import Builder
+    from ksbuild.ir.core import Var
+    b = Builder()
+    ps = [Var(t, f"a{i}") for i, t in enumerate(types)]
+    return b.func(name, ps, list(body(b, *ps)))
+
+
+def _always(value):
+    return lambda rng, shape: np.full(shape, value)
+
+
+# cond's branches (one sample per branch taken), loop's body (k, xs, c) -> c * 0.5 + sin(xs[k]) · c over the
+# trip count, call's callee x · exp(y) (inlined when transformed, and kept as a call)
+_THEN = _fn("then", (V, V), lambda b, x, y: [b.mul(b.sin(x), y)])
+_ELSE = _fn("else", (V, V), lambda b, x, y: [b.sub(b.mul(x, x), y)])
+_BODY = _fn("body", (I, V, F), lambda b, k, xs, c: [b.add(b.mul(c, b.lit(0.5, F)),
+                                                         b.mul(b.sin(b.index(xs, k, axis=0)), c))])
+_CALLEE = _fn("helper", (V, V), lambda b, x, y: [b.mul(x, b.exp(y))])
+
+
+def _long_chain(b, x, y):
+    """200 steps of x · 0.97 + 0.1, times y: a callee large enough that vjp keeps it a call (fwd_long, bwd_long:
+    call's partial_eval and transpose rules), with few residuals."""
+    for _ in range(200):
+        x = b.add(b.mul(x, b.lit(0.97, F)), b.lit(0.1, F))
+    return [b.mul(x, y)]
+
+
+def _long_ref(x, y):
+    for _ in range(200):
+        x = x * 0.97 + 0.1
+    return x * y
+
+
+_LONG = _fn("long", (V, V), _long_chain)
+_THEN_LANE = _fn("then", (F, F), lambda b, x, y: [b.mul(b.sin(x), y)])  # (lane_cond's branches: one lane's scalars)
+_ELSE_LANE = _fn("else", (F, F), lambda b, x, y: [b.sub(b.mul(x, x), y)])
+
+
+def _loop_ref(trip, xs, c):
+    for k in range(int(trip)):
+        c = c * 0.5 + math.sin(xs[k]) * c
+    return c
+
+
 # name: (types, params, samplers per input, reference)
 SAMPLES = {
     "add": ((F, F), {}, (normal, normal), lambda x, y: x + y),
@@ -274,11 +321,14 @@ SAMPLES = {
     "floor": ((F,), {}, (normal,), vec(math.floor)),
     "logistic": ((F,), {}, (normal,), vec(lambda x: 1 / (1 + math.exp(-x)))),
     "ipow": ((F,), {"n": 3}, (normal,), lambda x: x * x * x),
+    "ipow:one": ((V,), {"n": 1}, (normal,), lambda x: x.copy()),  # (its simplify rule: x^1 = x)
     "pow": ((F, F), {}, (positive, normal), vec(math.pow)),
     "atan2": ((F, F), {}, (normal, positive), vec(math.atan2)),
     "max": ((F, F), {}, (normal, normal), vec(max)),
     "min": ((F, F), {}, (normal, normal), vec(min)),
     "floordiv": ((F, F), {}, (normal, positive), vec(lambda x, y: float(x // y))),
+    "floordiv:int": ((Type("i64", (4,)), Type("i64", (4,))), {}, (index_between(-20, 20),
+                     lambda rng, shape: rng.choice([-3, -2, -1, 1, 2, 4], shape)), lambda x, y: x // y),
     "mod": ((F, F), {}, (normal, positive), vec(lambda x, y: x % y)),
     "compare:lt": ((F, F), {"op": "lt"}, (normal, normal), lambda x, y: x < y),
     "compare:le": ((F, F), {"op": "le"}, (normal, normal), lambda x, y: x <= y),
@@ -407,6 +457,21 @@ SAMPLES = {
     "constant": ((), {"value": _dense_sample()}, (), lambda: np.arange(12).reshape(3, 4) / 7),
     "bitcast": ((Type("i64", (3, 4)),), {"dtype": "f64"}, (index_between(0, 2**40),),
                 lambda x: np.array([[struct.unpack("<d", struct.pack("<q", int(v)))[0] for v in r] for r in x])),
+    "cond:then": ((B, V, V), {"then_fn": _THEN, "else_fn": _ELSE}, (_always(True), normal, normal),
+                  lambda p, x, y: np.sin(x) * y),
+    "cond:else": ((B, V, V), {"then_fn": _THEN, "else_fn": _ELSE}, (_always(False), normal, normal),
+                  lambda p, x, y: x * x - y),
+    "loop": ((I, V, F), {"body": _BODY, "n_consts": 1, "n_carry": 1, "length": None, "reverse": False},
+             (_always(3), normal, normal), _loop_ref),
+    "cond_select:then": ((B, V, V), {"then_fn": _THEN, "else_fn": _ELSE}, (_always(True), normal, normal),
+                         lambda p, x, y: np.sin(x) * y),
+    "cond_select:else": ((B, V, V), {"then_fn": _THEN, "else_fn": _ELSE}, (_always(False), normal, normal),
+                         lambda p, x, y: x * x - y),
+    "lane_cond": ((Type("bool", (4,)), V, V), {"then_fn": _THEN_LANE, "else_fn": _ELSE_LANE, "lanes": (True, True)},
+                  (both, normal, normal), lambda p, x, y: np.where(p, np.sin(x) * y, x * x - y)),
+    "call": ((V, V), {"fn": _CALLEE}, (normal, normal), lambda x, y: x * np.exp(y)),
+    "call:kept": ((V, V), {"fn": _CALLEE, "kept": True}, (normal, normal), lambda x, y: x * np.exp(y)),
+    "call:long": ((V, V), {"fn": _LONG, "kept": True}, (normal, normal), _long_ref),
     "digamma": ((V,), {}, (positive,), vec(_digamma_ref)),
 }
 
@@ -415,16 +480,19 @@ UNBATCHED: dict[str, tuple[int, ...]] = {"tree_walk": (1, 2),  # (a forest's tab
                                           # (int8 weights are constants)
                                           "qconv": (1, 2, 3), "qconv:int8_1d": (1, 2, 3),
                                           "qmatmul": (1, 2, 3),
-                                          "qlookup": (0,), "qlookup:int8": (0,)}  # (its table is a constant)
+                                          "qlookup": (0,), "qlookup:int8": (0,),  # (its table is a constant)
+                                          "loop": (0,)}  # (a trip count batched is a lane_cond's job)
 
 
 def prim_name(key: str) -> str:
     """The primitive a sample exercises ('einsum:dot' -> 'einsum')."""
     return key.split(":")[0]
 
-# control flow is exercised through kernels (tests/test_kernels_corpus.py, tests/test_transforms.py; custom_*:
-# tests/test_custom_derivatives.py; cond_select,
-# the if-expression: tests/test_singular_ad.py)
+# prims that carry functions: cond, cond_select, lane_cond, loop and call have samples above (each branch of an if
+# taken, a per-lane if, a loop, a call inlined and kept): test_prims runs their rules, test_prims_compiled their C++.
+# custom_jvp, custom_vjp and custom_vjp_lin are exercised through kernels only (tests/test_custom_derivatives.py), so
+# breaking one of their rules fails no test named after them. Listed here, the transpose test leaves these out
+# (their samples are not linear).
 STRUCTURED = {"cond", "cond_select", "lane_cond", "loop", "call", "custom_jvp", "custom_vjp", "custom_vjp_lin"}
 # made only by the codegen passes (no AD or batching rules); tests/test_passes.py checks them
 LOWERING = {"fusion", "contract", "convolve", "winograd_kernel", "qpack", "join"}

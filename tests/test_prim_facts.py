@@ -146,11 +146,28 @@ def test_parallel_rule_marks_the_outer_loop_for_threads(name):
     rows = b.reduce_sum(b.exp(x), axes=(1,))  # a fusion keeping axis 0
     total = b.reduce_sum(b.exp(y), axes=(0, 1))  # a fusion reducing everything: sequential
     product = b.einsum(x, y, spec="ij,ij->i")  # (not a matrix product: a contract of impl "loops")
-    eqns = _lowered_prims(b.func("f", [x, y], [b.add(rows, product), total]), threads=2)
-    marked = [p.get("threads") for n, p in eqns if n == name]
-    assert marked and 2 in marked, eqns
+    from ksbuild.transforms.pipeline import Options, lower
+    eqns = lower(b.func("f", [x, y], [b.add(rows, product), total]), Options(threads=2)).eqns
+    marked = {e.outs[0].type.rank: e.params.get("threads") for e in eqns if e.prim.name == name}
+    assert marked.get(1) == 2, [(e.prim.name, e.params.get("threads")) for e in eqns]
     if name == "fusion":
-        assert None in marked, "a fusion reducing every axis has no parallel outer loop"
+        assert marked.get(0, "none") is None, "a fusion reducing every axis has no parallel outer loop"
+
+
+@pytest.mark.parametrize("name", ["convolve"])
+def test_parallel_rule_splits_a_convolution_with_work_enough(name):
+    """Prim.parallel of a convolve: a convolution of the plain kernels with at least PARALLEL_MIN_MACS multiply-adds
+    runs in parts on the threads; a small one does not."""
+    from ksbuild.prims.convolve import PARALLEL_MIN_MACS
+    from ksbuild.transforms.pipeline import Options, lower
+    b = Builder()
+    big, small = Var(Type("f32", (1, 32, 32, 32)), "big"), Var(Type("f32", (1, 2, 4, 4)), "small")
+    wb, ws = Var(Type("f32", (32, 32, 3, 3)), "wb"), Var(Type("f32", (2, 2, 3, 3)), "ws")
+    conv = dict(strides=(1, 1), pads=(1, 1, 1, 1), dilations=(1, 1), groups=1)
+    ys = [b.conv(big, wb, **conv), b.conv(small, ws, **conv)]
+    assert 32 * 32 * 32 * 32 * 9 >= PARALLEL_MIN_MACS > 2 * 2 * 4 * 4 * 9
+    eqns = [e for e in lower(b.func("f", [big, wb, small, ws], ys), Options(threads=2)).eqns if e.prim.name == name]
+    assert [e.params.get("threads") for e in eqns] == [2, None], [(e.params.get("impl"), e.params) for e in eqns]
 
 
 PRECOMPUTED = ("qpack", "winograd_kernel")  # (each needs a case below)

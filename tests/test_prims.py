@@ -80,17 +80,24 @@ DIFFERENTIATED = {prim_name(n) for n in NAMES if differentiable(n)}
 
 
 @pytest.fixture(scope="module")
-def lowered_prims():
-    """The prims the pipeline makes from the samples (with either backend): what test_prims_compiled compiles."""
+def lowerings():
+    """(sample, function, lowered function) for every function test_prims_compiled compiles (each sample, its jvp and
+    vjp when it is differentiable) lowered with either backend, and the concatenation the join pass makes a join of."""
     from ksbuild.transforms.pipeline import Options, lower
-    found = set()
+    found = []
     for n in NAMES:
         f = one_eqn(n)
-        fs = [f] + ([jvp.jvp_func(f), vjp.vjp_func(f)] if differentiable(n) else [])
-        for g in fs:
+        for g in [f] + ([jvp.jvp_func(f), vjp.vjp_func(f)] if differentiable(n) else []):
             for backend in ("plain", "blas"):
-                found |= _prims_in(lower(g, Options(backend=backend)))
-    return found | _prims_in(lower(_concatenation()))
+                found.append((n, g, lower(g, Options(backend=backend))))
+    cat = _concatenation()
+    return found + [(None, cat, lower(cat))]
+
+
+@pytest.fixture(scope="module")
+def lowered_prims(lowerings):
+    """The prims the pipeline makes from the samples (with either backend): what test_prims_compiled compiles."""
+    return {p for _, _, g in lowerings for p in _prims_in(g)}
 
 
 def _concatenation():
@@ -222,14 +229,18 @@ def test_transpose_rule_dot_product(name):
 def test_rows_rule(name):
     """Prim.rows: where the rule says that row i of the output depends only on row i of the operands it slices, the
     equation with the rule's params on those rows gives that row (the per_row pass runs chains one row at a time)."""
-    from ksbuild.ir.types import Type
     rng = np.random.default_rng(6)
-    f = one_eqn(name)
-    eqn, args = f.eqns[0], sample(name, rng)
+    if not _rows_hold(one_eqn(name), sample(name, rng)):
+        pytest.skip(f"the rows rule refuses sample {name} (its row i reads other rows)")
+
+
+def _rows_hold(f, args) -> bool:
+    """Whether the rows rule of f's one equation applies; if it does, each row computed alone is that row of f."""
+    eqn = f.eqns[0]
     n = eqn.outs[0].type.shape[0] if eqn.outs[0].type.rank else None
     rule = eqn.prim.rows(eqn, n) if isinstance(n, int) else None
     if rule is None:
-        pytest.skip(f"the rows rule refuses sample {name} (its row i reads other rows)")
+        return False
     params, sliced = rule
     full = eval_func(f, args)[0]
     for i in range(n):
@@ -237,7 +248,103 @@ def test_rows_rule(name):
         b = Builder()
         ps = [Var(Type(p.type.dtype, np.shape(a)), p.hint) for p, a in zip(f.params, ins)]
         row = b.func("row", ps, list(b.bind(eqn.prim, ps, params)))
-        np.testing.assert_allclose(eval_func(verified(row), ins)[0], full[i:i + 1], rtol=1e-13, err_msg=f"row {i}")
+        np.testing.assert_allclose(eval_func(verified(row), ins)[0], full[i:i + 1], rtol=1e-12, atol=1e-12,
+                                   err_msg=f"row {i}")
+    return True
+
+
+@pytest.mark.parametrize("name", sorted(n for n in LOWERING if PRIMS[n].rows is not None))
+def test_rows_rule_of_a_lowering_prim(name, lowerings):
+    """Prim.rows of a prim the passes make (convolve, join): on each equation of it in the lowered samples, alone
+    with random operands, each row it allows computed alone is that row of the whole; and it allows one somewhere."""
+    from ksbuild.ir.core import Lit
+    rng = np.random.default_rng(13)
+    held = 0
+    for _, _, g in lowerings:
+        for e in _eqns_of(g, name):
+            if any(isinstance(a, Lit) for a in e.ins) or not all(p.type.is_float for p in e.ins):
+                continue
+            ps = [Var(a.type, f"x{k}") for k, a in enumerate(e.ins)]
+            b = Builder()
+            f = b.func("one", ps, list(b.bind(e.prim, ps, dict(e.params))))
+            if all(isinstance(d, int) for p in ps for d in p.type.shape):
+                args = [rng.standard_normal(tuple(p.type.shape)).astype(p.type.dtype.replace("f", "float"))
+                        for p in ps]
+                held += _rows_hold(f, args)
+    assert held, f"no equation of {name} in the lowered samples that its rows rule allows"
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if PRIMS[prim_name(n)].along is not None])
+def test_along_rule(name):
+    """Prim.along: where the rule says that position i along an output axis depends only on position i along the
+    operand axes it names (the others read whole), the equation with the rule's params on two positions taken there
+    (the last and the first) gives those positions of the output (the gather_early pass takes rows this way)."""
+    rng = np.random.default_rng(11)
+    f = one_eqn(name)
+    eqn, args = f.eqns[0], sample(name, rng)
+    full = np.asarray(eval_func(f, args)[0])
+    checked = 0
+    for axis, size in enumerate(eqn.outs[0].type.shape):
+        rule = eqn.prim.along(eqn, axis, 2) if isinstance(size, int) and size > 1 else None
+        if rule is None:
+            continue
+        params, axes = rule
+        at = [size - 1, 0]
+        ins = [np.take(np.asarray(a), at, axis=k) if k is not None else a for a, k in zip(args, axes)]
+        b = Builder()
+        ps = [Var(Type(p.type.dtype, np.shape(a)), p.hint) for p, a in zip(f.params, ins)]
+        part = b.func("part", ps, list(b.bind(eqn.prim, ps, params)))
+        np.testing.assert_allclose(eval_func(verified(part), ins)[0], np.take(full, at, axis=axis), rtol=1e-13,
+                                   err_msg=f"along axis {axis}")
+        checked += 1
+    if not checked:
+        pytest.skip(f"the along rule refuses every axis of sample {name}")
+
+
+def _simplify_cases(name):
+    """Equations of the sample's prim with one operand a literal (0, 1, -1, 2) or two operands one var: where local
+    identities (x + 0, x · 1, x - x, select(p, x, x), ...) apply."""
+    from ksbuild.ir.core import Lit
+    types = SAMPLES[name][0]
+    for k, t in enumerate(types):
+        for v in (0, 1, -1, 2):
+            yield {k: Lit(bool(v) if t.dtype == "bool" else float(v) if t.is_float else v, t)}
+    for k, t in enumerate(types):
+        for j in range(k):
+            if types[j] == t:
+                yield {k: j}
+
+
+@pytest.mark.parametrize("name", sorted({prim_name(n) for n in NAMES if PRIMS[prim_name(n)].simplify is not None}))
+def test_simplify_rule_keeps_the_value(name):
+    """Prim.simplify: wherever the rule replaces an equation of one of the prim's samples with an operand made a
+    literal or two operands made one, the replacement has the equation's value; and it applies somewhere (so that a
+    wrong rule cannot pass unnoticed)."""
+    from ksbuild.ir.core import Lit
+    from ksbuild.prims.common import np_value
+    rng = np.random.default_rng(12)
+    prim, fired = PRIMS[name], 0
+    for n in [n for n in NAMES if prim_name(n) == name]:
+        types, params, _, _ = SAMPLES[n]
+        values = sample(n, rng)
+        for case in _simplify_cases(n):
+            kept = [k for k in range(len(types)) if k not in case]
+            ps = {k: Var(types[k], f"x{k}") for k in kept}
+            ins = [case[k] if isinstance(case.get(k), Lit) else ps[case.get(k, k)] for k in range(len(types))]
+            b = Builder()
+            f = b.func(n, [ps[k] for k in kept], list(b.bind(prim, ins, params)))
+            eqn = f.eqns[0]
+            with np.errstate(all="ignore"):
+                new = prim.simplify(list(eqn.ins), eqn.outs[0], **eqn.params)
+                if new is None:
+                    continue
+                fired += 1
+                args = [values[k] for k in kept]
+                want = np.asarray(eval_func(f, args)[0])
+                got = np_value(new, {}) if isinstance(new, Lit) else args[[ps[k] for k in kept].index(new)]
+            np.testing.assert_allclose(np.broadcast_to(np.asarray(got, want.dtype), want.shape), want, rtol=1e-13,
+                                       err_msg=f"{n} with {case}: {new}")
+    assert fired, f"the simplify rule of {name} applies to none of its samples' cases: give a sample it simplifies"
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if SAMPLES[n][0]])
@@ -277,6 +384,39 @@ def test_vmap_one_argument(name):
     got = eval_func(vf, [batched[0], fixed[1]])[0]
     want = np.stack([eval_func(f, [batched[0][k], fixed[1]])[0] for k in range(5)])
     np.testing.assert_allclose(got, want, rtol=1e-13)
+
+
+def _inputs(name, f, rng):
+    """Values of f's params: the sample's inputs, then random normals (a jvp's tangents, a vjp's cotangents)."""
+    args = sample(name, rng) if name is not None else []
+    return args + [rng.standard_normal(tuple(p.type.shape)) for p in f.params[len(args):]]
+
+
+def _eqns_of(f, name: str):
+    """The equations of prim `name` in f, its bodies' too."""
+    from ksbuild.ir.core import sub_funcs
+    for e in f.eqns:
+        if e.prim.name == name:
+            yield e
+        for body in sub_funcs(e):
+            yield from _eqns_of(body, name)
+
+
+@pytest.mark.parametrize("name", sorted(LOWERING))
+def test_lowering_prim_evaluates_as_what_it_replaces(name, lowerings):
+    """A prim only the passes make (fusion, contract, convolve, join, qpack, winograd_kernel) has no sample of its own:
+    its eval (the reference interpreter on lowered IR, which tests/test_passes.py reads after every pass) gives, on each
+    sample function the pipeline lowers to it, what the function gave before it was lowered."""
+    rng = np.random.default_rng(9)
+    checked = 0
+    for sample_name, f, g in lowerings:
+        if any(True for _ in _eqns_of(g, name)):
+            args = _inputs(sample_name, f, rng)
+            for got, want in zip(eval_func(g, args), eval_func(f, args)):
+                np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=1e-9,
+                                           atol=1e-9, err_msg=f"{name} in the lowered {f.name} of {sample_name}")
+            checked += 1
+    assert checked, f"no sample lowers to {name}"
 
 
 def test_digamma_derivative_is_an_explicit_error():

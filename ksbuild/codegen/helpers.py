@@ -58,7 +58,9 @@ class Helpers:
         return self.by_text[key]
 
     def _name(self, base: str) -> str:
+        from .viewmodel import C_KEYWORDS
         base = base if base.isidentifier() else "helper"
+        base = f"{base}_fn" if base in C_KEYWORDS else base  # (a Python helper may be called `long`, `int`, `new`)
         name, k = base, 1
         while name in self.names:
             k += 1

@@ -19,7 +19,24 @@ def derived_names(f: Func) -> dict[Var, str]:
     base: dict[Var, str] = {}      # vars that stand for a named value: views, bound params, a body's results
     names: dict[Var, str] = {}
     _walk(f, base, names, set())   # (the set: names made from a made name, which lend theirs no further)
+    _positions(f, base, names)
     return names
+
+
+def _positions(f: Func, base: dict[Var, str], names: dict[Var, str]) -> None:
+    """An integer scalar the source does not name that picks a position of a named tensor (the operand of a prim that
+    `takes` elements: index, gather, ...) is `<tensor>_at`: icf_k_at for the d + j·(2d - j - 1)/2 + i - j - 1 of
+    icf_k[...], rather than a name after what computes it (add_d)."""
+    for e in f.eqns:
+        for body in sub_funcs(e):
+            _positions(body, base, names)
+        if e.prim.takes is None or not e.ins:
+            continue
+        of = _name(e.ins[0], base)
+        for a in e.ins[1:]:
+            if of and isinstance(a, Var) and not a.hint and a not in base and a.type.rank == 0 \
+                    and a.type.dtype.startswith(("i", "u")) and len(of) + 3 <= LONGEST:
+                names[a] = f"{of}_at"
 
 
 def _name(a: Atom, base: dict[Var, str]) -> str:
@@ -52,6 +69,10 @@ def _names_of(e: Eqn, bodies: list[Func], base: dict[Var, str], names: dict[Var,
         given = [[(r.hint or names.get(r, "")) if isinstance(r, Var) else "" for r in b.results] for b in bodies
                  if len(b.results) == len(e.outs)]
         return [n[0] if n and len(set(n)) == 1 else "" for n in zip(*given)] if given else [""] * len(e.outs)
+    dim = e.params.get("dim") if not e.ins and len(e.outs) == 1 else None
+    if isinstance(dim, str) and dim.isidentifier():  # (the value of a dim: d, read as an integer, is named d)
+        base[e.outs[0]] = dim
+        return [dim]
     if len(e.outs) != 1 or not e.ins:
         return [""] * len(e.outs)
     first = _name(e.ins[0], base)

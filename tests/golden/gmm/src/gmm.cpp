@@ -82,10 +82,10 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
                 const double exp_q = ks::exp(icf[k * T + i]);
                 // gmm.py:16: torch.stack([
                 for (int64_t j = 0; j < d; ++j) {
-                    const int64_t t1 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                    const double select_icf_k = ((i > j) ? icf[k * T + ks::clamp_index_nonneg(t1, T)] : 0.0);
-                    const double t2 = ((i == j) ? exp_q : select_icf_k);
-                    Qs[k * (d * d) + i * d + j] = t2;
+                    const int64_t icf_k_at = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                    const double select_icf_k = ((i > j) ? icf[k * T + ks::clamp_index_nonneg(icf_k_at, T)] : 0.0);
+                    const double t1 = ((i == j) ? exp_q : select_icf_k);
+                    Qs[k * (d * d) + i * d + j] = t1;
                 }
             }
         }
@@ -210,16 +210,16 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
         const double alphas_i = alphas[i];
         exp_sub_alphas_sum += ks::exp((alphas_i - select_alphas_max));
     }
-    const double t1 = (static_cast<double>(n) * (ks::log(exp_sub_alphas_sum) + select_alphas_max));
+    const double mul_convert_n = (static_cast<double>(n) * (ks::log(exp_sub_alphas_sum) + select_alphas_max));
     // gmm.py:54: + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
     double log_wishart_prior;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t2 = static_cast<double>(d);
-        const double n_w = ((t2 + wishart_m) + 1.0);
-        const double t3 = ((n_w * t2) * (ks::log(wishart_gamma) - 0.34657359027997264));
+        const double convert_d = static_cast<double>(d);
+        const double n_w = ((convert_d + wishart_m) + 1.0);
+        const double t1 = ((n_w * convert_d) * (ks::log(wishart_gamma) - 0.34657359027997264));
         const double mul_n_w = (0.5 * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        const double C = (t3 - detail::log_gamma_d(d, mul_n_w));
+        const double C = (t1 - detail::log_gamma_d(d, mul_n_w));
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
         double ipow_exp_qs_sum = 0;
         for (int64_t i = 0; i < K; ++i) {
@@ -251,8 +251,8 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
         const double sub_mul_frobenius = (((0.5 * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum1));
         log_wishart_prior = (sub_mul_frobenius - (static_cast<double>(K) * C));
     }
-    const double t2 = (((constant + acc) - t1) + log_wishart_prior);
-    *out = t2;
+    const double t1 = (((constant + acc) - mul_convert_n) + log_wishart_prior);
+    *out = t1;
     return ks::status::ok;
 }
 
@@ -284,14 +284,14 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
                     for (int64_t j = 0; j < d; ++j) {
                         const bool i_eq_j1 = (i == j);
                         const bool i_gt_j = (i > j);
-                        const int64_t t1 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                        const double select_icf_k = (i_gt_j ? icf[k * T + ks::clamp_index_nonneg(t1, T)] : 0.0);
-                        const double t2 = (i_eq_j1 ? exp_q : select_icf_k);
-                        const double t3 = (i_eq_j1 ? exp_q : 0.0);
+                        const int64_t icf_k_at = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                        const double select_icf_k = (i_gt_j ? icf[k * T + ks::clamp_index_nonneg(icf_k_at, T)] : 0.0);
+                        const double t1 = (i_eq_j1 ? exp_q : select_icf_k);
+                        const double t2 = (i_eq_j1 ? exp_q : 0.0);
                         const bool select_i_eq_j1 = (i_eq_j1 ? false : i_gt_j);
-                        Qs[k * (d * d) + i * d + j] = t2;
+                        Qs[k * (d * d) + i * d + j] = t1;
                         i_eq_j[k * (d * d) + i * d + j] = i_eq_j1;
-                        r[k * (d * d) + i * d + j] = t3;
+                        r[k * (d * d) + i * d + j] = t2;
                         select_i_eq_j[k * (d * d) + i * d + j] = select_i_eq_j1;
                     }
                 }
@@ -625,12 +625,12 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
                 // gmm.py:16: torch.stack([
                 for (int64_t j = d - 1; j >= 0; --j) {
                     const double t3 = ks::mulz(d_Qs[k * (d * d) + i * d + j], r[k * (d * d) + i * d + j]);
-                    const int64_t t4 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                    const double t5 = (select_i_eq_j[k * (d * d) + i * d + j] ? d_Qs[k * (d * d) + i * d + j] : 0.0);
-                    const double t6 = (i_eq_j[k * (d * d) + i * d + j] ? t3 : 0.0);
-                    const double t7 = (i_eq_j[k * (d * d) + i * d + j] ? 0.0 : t5);
-                    index_add_d_q[i] += t6;
-                    index_add_d_icf_k[ks::clamp_index_nonneg(t4, T)] += t7;
+                    const int64_t d_icf_k_at = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                    const double t4 = (select_i_eq_j[k * (d * d) + i * d + j] ? d_Qs[k * (d * d) + i * d + j] : 0.0);
+                    const double t5 = (i_eq_j[k * (d * d) + i * d + j] ? t3 : 0.0);
+                    const double t6 = (i_eq_j[k * (d * d) + i * d + j] ? 0.0 : t4);
+                    index_add_d_q[i] += t5;
+                    index_add_d_icf_k[ks::clamp_index_nonneg(d_icf_k_at, T)] += t6;
                 }
             }
             // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
@@ -767,10 +767,10 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
                 const float exp_q = ks::exp(icf[k * T + i]);
                 // gmm.py:16: torch.stack([
                 for (int64_t j = 0; j < d; ++j) {
-                    const int64_t t1 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                    const float select_icf_k = ((i > j) ? icf[k * T + ks::clamp_index_nonneg(t1, T)] : 0.0f);
-                    const float t2 = ((i == j) ? exp_q : select_icf_k);
-                    Qs[k * (d * d) + i * d + j] = t2;
+                    const int64_t icf_k_at = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                    const float select_icf_k = ((i > j) ? icf[k * T + ks::clamp_index_nonneg(icf_k_at, T)] : 0.0f);
+                    const float t1 = ((i == j) ? exp_q : select_icf_k);
+                    Qs[k * (d * d) + i * d + j] = t1;
                 }
             }
         }
@@ -920,17 +920,17 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
         }
         exp_sub_alphas_sum += exp_sub_alphas_sum_block;
     }
-    const float t1 = (static_cast<float>(n) * (ks::log(exp_sub_alphas_sum) + select_alphas_max));
-    const double sub_add_constant = ((constant + static_cast<double>(acc)) - static_cast<double>(t1));
+    const float mul_convert_n = (static_cast<float>(n) * (ks::log(exp_sub_alphas_sum) + select_alphas_max));
+    const double sub_add_constant = ((constant + static_cast<double>(acc)) - static_cast<double>(mul_convert_n));
     // gmm.py:54: + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
     double log_wishart_prior;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const float t2 = static_cast<float>(d);
-        const float n_w = ((t2 + wishart_m) + 1.0f);
-        const float t3 = ((n_w * t2) * (ks::log(wishart_gamma) - 0.3465735912322998f));
+        const float convert_d = static_cast<float>(d);
+        const float n_w = ((convert_d + wishart_m) + 1.0f);
+        const float t1 = ((n_w * convert_d) * (ks::log(wishart_gamma) - 0.3465735912322998f));
         const float mul_n_w = (0.5f * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        const double C = (static_cast<double>(t3) - detail::log_gamma_d_2(d, mul_n_w));
+        const double C = (static_cast<double>(t1) - detail::log_gamma_d_2(d, mul_n_w));
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
         float ipow_exp_qs_sum = 0;
         for (int64_t i = 0; i < K; ++i) {
@@ -962,8 +962,8 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
         const float sub_mul_frobenius = (((0.5f * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum1));
         log_wishart_prior = (static_cast<double>(sub_mul_frobenius) - (static_cast<double>(K) * C));
     }
-    const float t2 = static_cast<float>((sub_add_constant + log_wishart_prior));
-    *out = t2;
+    const float t1 = static_cast<float>((sub_add_constant + log_wishart_prior));
+    *out = t1;
     return ks::status::ok;
 }
 
@@ -995,14 +995,14 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
                     for (int64_t j = 0; j < d; ++j) {
                         const bool i_eq_j1 = (i == j);
                         const bool i_gt_j = (i > j);
-                        const int64_t t1 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                        const float select_icf_k = (i_gt_j ? icf[k * T + ks::clamp_index_nonneg(t1, T)] : 0.0f);
-                        const float t2 = (i_eq_j1 ? exp_q : select_icf_k);
-                        const float t3 = (i_eq_j1 ? exp_q : 0.0f);
+                        const int64_t icf_k_at = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                        const float select_icf_k = (i_gt_j ? icf[k * T + ks::clamp_index_nonneg(icf_k_at, T)] : 0.0f);
+                        const float t1 = (i_eq_j1 ? exp_q : select_icf_k);
+                        const float t2 = (i_eq_j1 ? exp_q : 0.0f);
                         const bool select_i_eq_j1 = (i_eq_j1 ? false : i_gt_j);
-                        Qs[k * (d * d) + i * d + j] = t2;
+                        Qs[k * (d * d) + i * d + j] = t1;
                         i_eq_j[k * (d * d) + i * d + j] = i_eq_j1;
-                        r[k * (d * d) + i * d + j] = t3;
+                        r[k * (d * d) + i * d + j] = t2;
                         select_i_eq_j[k * (d * d) + i * d + j] = select_i_eq_j1;
                     }
                 }
@@ -1356,12 +1356,12 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
                 // gmm.py:16: torch.stack([
                 for (int64_t j = d - 1; j >= 0; --j) {
                     const float t3 = ks::mulz(d_Qs[k * (d * d) + i * d + j], r[k * (d * d) + i * d + j]);
-                    const int64_t t4 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                    const float t5 = (select_i_eq_j[k * (d * d) + i * d + j] ? d_Qs[k * (d * d) + i * d + j] : 0.0f);
-                    const float t6 = (i_eq_j[k * (d * d) + i * d + j] ? t3 : 0.0f);
-                    const float t7 = (i_eq_j[k * (d * d) + i * d + j] ? 0.0f : t5);
-                    index_add_d_q[i] += t6;
-                    index_add_d_icf_k[ks::clamp_index_nonneg(t4, T)] += t7;
+                    const int64_t d_icf_k_at = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                    const float t4 = (select_i_eq_j[k * (d * d) + i * d + j] ? d_Qs[k * (d * d) + i * d + j] : 0.0f);
+                    const float t5 = (i_eq_j[k * (d * d) + i * d + j] ? t3 : 0.0f);
+                    const float t6 = (i_eq_j[k * (d * d) + i * d + j] ? 0.0f : t4);
+                    index_add_d_q[i] += t5;
+                    index_add_d_icf_k[ks::clamp_index_nonneg(d_icf_k_at, T)] += t6;
                 }
             }
             // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
@@ -1490,10 +1490,10 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
                 const double exp_q = ks::exp(icf[k * T + i]);
                 // gmm.py:16: torch.stack([
                 for (int64_t j = 0; j < d; ++j) {
-                    const int64_t t1 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                    const double select_icf_k = ((i > j) ? icf[k * T + ks::clamp_index_nonneg(t1, T)] : 0.0);
-                    const double t2 = ((i == j) ? exp_q : select_icf_k);
-                    Qs[k * (d * d) + i * d + j] = t2;
+                    const int64_t icf_k_at = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                    const double select_icf_k = ((i > j) ? icf[k * T + ks::clamp_index_nonneg(icf_k_at, T)] : 0.0);
+                    const double t1 = ((i == j) ? exp_q : select_icf_k);
+                    Qs[k * (d * d) + i * d + j] = t1;
                 }
             }
         }
@@ -1624,16 +1624,16 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         const double alphas_i = alphas[i];
         exp_sub_alphas_sum += ks::exp((alphas_i - select_alphas_max));
     }
-    const double t1 = (static_cast<double>(n) * (ks::log(exp_sub_alphas_sum) + select_alphas_max));
+    const double mul_convert_n = (static_cast<double>(n) * (ks::log(exp_sub_alphas_sum) + select_alphas_max));
     // gmm.py:71: + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
     double log_wishart_prior;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t2 = static_cast<double>(d);
-        const double n_w = ((t2 + wishart_m) + 1.0);
-        const double t3 = ((n_w * t2) * (ks::log(wishart_gamma) - 0.34657359027997264));
+        const double convert_d = static_cast<double>(d);
+        const double n_w = ((convert_d + wishart_m) + 1.0);
+        const double t1 = ((n_w * convert_d) * (ks::log(wishart_gamma) - 0.34657359027997264));
         const double mul_n_w = (0.5 * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        const double C = (t3 - detail::log_gamma_d(d, mul_n_w));
+        const double C = (t1 - detail::log_gamma_d(d, mul_n_w));
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
         double ipow_exp_qs_sum = 0;
         for (int64_t i = 0; i < K; ++i) {
@@ -1665,8 +1665,8 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         const double sub_mul_frobenius = (((0.5 * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum1));
         log_wishart_prior = (sub_mul_frobenius - (static_cast<double>(K) * C));
     }
-    const double t2 = (((constant + sum) - t1) + log_wishart_prior);
-    *out = t2;
+    const double t1 = (((constant + sum) - mul_convert_n) + log_wishart_prior);
+    *out = t1;
     return ks::status::ok;
 }
 
@@ -1734,14 +1734,14 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
             for (int64_t j = 0; j < d; ++j) {
                 const bool i_eq_j1 = (i == j);
                 const bool i_gt_j = (i > j);
-                const int64_t t1 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                const double select_icf_k = (i_gt_j ? icf[k * T + ks::clamp_index_nonneg(t1, T)] : 0.0);
-                const double t2 = (i_eq_j1 ? exp_q : select_icf_k);
-                const double t3 = (i_eq_j1 ? exp_q : 0.0);
+                const int64_t icf_k_at = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                const double select_icf_k = (i_gt_j ? icf[k * T + ks::clamp_index_nonneg(icf_k_at, T)] : 0.0);
+                const double t1 = (i_eq_j1 ? exp_q : select_icf_k);
+                const double t2 = (i_eq_j1 ? exp_q : 0.0);
                 const bool select_i_eq_j1 = (i_eq_j1 ? false : i_gt_j);
-                Qs[k * (d * d) + i * d + j] = t2;
+                Qs[k * (d * d) + i * d + j] = t1;
                 i_eq_j[k * (d * d) + i * d + j] = i_eq_j1;
-                r[k * (d * d) + i * d + j] = t3;
+                r[k * (d * d) + i * d + j] = t2;
                 select_i_eq_j[k * (d * d) + i * d + j] = select_i_eq_j1;
             }
         }
@@ -1978,12 +1978,12 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
             // gmm.py:16: torch.stack([
             for (int64_t j = d - 1; j >= 0; --j) {
                 const double t3 = ks::mulz(r4[k * (d * d) + i * d + j], r[k * (d * d) + i * d + j]);
-                const int64_t t4 = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                const double t5 = (select_i_eq_j[k * (d * d) + i * d + j] ? r4[k * (d * d) + i * d + j] : 0.0);
-                const double t6 = (i_eq_j[k * (d * d) + i * d + j] ? t3 : 0.0);
-                const double t7 = (i_eq_j[k * (d * d) + i * d + j] ? 0.0 : t5);
-                index_add_d_q[i] += t6;
-                index_add_d_icf_k[ks::clamp_index_nonneg(t4, T)] += t7;
+                const int64_t d_icf_k_at = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
+                const double t4 = (select_i_eq_j[k * (d * d) + i * d + j] ? r4[k * (d * d) + i * d + j] : 0.0);
+                const double t5 = (i_eq_j[k * (d * d) + i * d + j] ? t3 : 0.0);
+                const double t6 = (i_eq_j[k * (d * d) + i * d + j] ? 0.0 : t4);
+                index_add_d_q[i] += t5;
+                index_add_d_icf_k[ks::clamp_index_nonneg(d_icf_k_at, T)] += t6;
             }
         }
         // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
@@ -2097,9 +2097,9 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
                 sum1 = 0.0;
                 for (int64_t c = 0; c < max_r; ++c) {
                     KS_SCALAR_LOOP();
-                    const int64_t t1 = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
+                    const int64_t icf_at = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
                     const double x_sub_means1 = (x[i * d + c] - means[k * d + c]);
-                    const double mul_icf = (icf[k * T + ks::clamp_index_nonneg(t1, T)] * x_sub_means1);
+                    const double mul_icf = (icf[k * T + ks::clamp_index_nonneg(icf_at, T)] * x_sub_means1);
                     sum1 = (sum1 + mul_icf);
                 }
                 sum = (sum + ks::ipow<2>((mul_x_sub_means + sum1)));
@@ -2160,16 +2160,16 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
         const double alphas_i = alphas[i];
         exp_sub_alphas_sum += ks::exp((alphas_i - select_alphas_max));
     }
-    const double t1 = (static_cast<double>(n) * (ks::log(exp_sub_alphas_sum) + select_alphas_max));
+    const double mul_convert_n = (static_cast<double>(n) * (ks::log(exp_sub_alphas_sum) + select_alphas_max));
     // gmm.py:93: + log_wishart_prior(icf[:, :d], icf[:, d:], wishart_gamma, wishart_m, d, K))
     double log_wishart_prior;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t2 = static_cast<double>(d);
-        const double n_w = ((t2 + wishart_m) + 1.0);
-        const double t3 = ((n_w * t2) * (ks::log(wishart_gamma) - 0.34657359027997264));
+        const double convert_d = static_cast<double>(d);
+        const double n_w = ((convert_d + wishart_m) + 1.0);
+        const double t1 = ((n_w * convert_d) * (ks::log(wishart_gamma) - 0.34657359027997264));
         const double mul_n_w = (0.5 * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        const double C = (t3 - detail::log_gamma_d(d, mul_n_w));
+        const double C = (t1 - detail::log_gamma_d(d, mul_n_w));
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
         double ipow_exp_qs_sum = 0;
         for (int64_t i = 0; i < K; ++i) {
@@ -2201,8 +2201,8 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
         const double sub_mul_frobenius = (((0.5 * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum));
         log_wishart_prior = (sub_mul_frobenius - (static_cast<double>(K) * C));
     }
-    const double t2 = (((constant + slse) - t1) + log_wishart_prior);
-    *out = t2;
+    const double t1 = (((constant + slse) - mul_convert_n) + log_wishart_prior);
+    *out = t1;
     return ks::status::ok;
 }
 
@@ -2271,9 +2271,9 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                 sum1 = 0.0;
                 for (int64_t c = 0; c < max_r; ++c) {
                     KS_SCALAR_LOOP();
-                    const int64_t t1 = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
+                    const int64_t icf_at = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
                     const double x_sub_means1 = (x[i * d + c] - means[k * d + c]);
-                    const double mul_icf = (icf[k * T + ks::clamp_index_nonneg(t1, T)] * x_sub_means1);
+                    const double mul_icf = (icf[k * T + ks::clamp_index_nonneg(icf_at, T)] * x_sub_means1);
                     sum1 = (sum1 + mul_icf);
                 }
                 const double add_sum1 = (mul_x_sub_means + sum1);
@@ -2419,13 +2419,13 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                 d_sum3 = d_sum2;
                 for (int64_t c = max_r - 1; c >= 0; --c) {
                     KS_SCALAR_LOOP();
-                    const int64_t t6 = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
+                    const int64_t icf_at = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
                     const double x_sub_means1 = (x[i * d + c] - means[k * d + c]);
-                    const double d_sum_mul_icf = (d_sum3 * icf[k * T + ks::clamp_index_nonneg(t6, T)]);
+                    const double d_sum_mul_icf = (d_sum3 * icf[k * T + ks::clamp_index_nonneg(icf_at, T)]);
                     const double mul_d_sum = (d_sum3 * x_sub_means1);
                     const double mul_d_sum_mul_icf = (d_sum_mul_icf * (-1.0));
                     r2[c] += mul_d_sum_mul_icf;
-                    r1[ks::clamp_index_nonneg(t6, T)] += mul_d_sum;
+                    r1[ks::clamp_index_nonneg(icf_at, T)] += mul_d_sum;
                 }
                 const double mul_d_sum = (d_sum2 * exp_icf[k * d + r]);
                 const double t6 = (mul_d_sum * (-1.0));
@@ -2525,10 +2525,10 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
             }
             // gmm.py:109 (continued)
             for (int64_t c = 0; c < max_r; ++c) {
-                const int64_t t1 = (((ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1});
+                const int64_t ls_at = (((ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1});
                 // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 for (int64_t j = 0; j < K; ++j) {
-                    const double icf_i = icf[d + ks::clamp_index_nonneg(t1, (T - d)) + j * T];
+                    const double icf_i = icf[d + ks::clamp_index_nonneg(ls_at, (T - d)) + j * T];
                     const double xc_i = xc[c + j * d];
                     const double sum_i = sum[j];
                     const double sum_i1 = (sum_i + (icf_i * xc_i));
@@ -2606,16 +2606,16 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
         const double alphas_i = alphas[i];
         exp_sub_alphas_sum += ks::exp((alphas_i - select_alphas_max));
     }
-    const double t1 = (static_cast<double>(n) * (ks::log(exp_sub_alphas_sum) + select_alphas_max));
+    const double mul_convert_n = (static_cast<double>(n) * (ks::log(exp_sub_alphas_sum) + select_alphas_max));
     // gmm.py:116: + log_wishart_prior(qs, ls, wishart_gamma, wishart_m, d, K))
     double log_wishart_prior;
     {  // log_wishart_prior(qs, ls, wishart_gamma, wishart_m)
-        const double t2 = static_cast<double>(d);
-        const double n_w = ((t2 + wishart_m) + 1.0);
-        const double t3 = ((n_w * t2) * (ks::log(wishart_gamma) - 0.34657359027997264));
+        const double convert_d = static_cast<double>(d);
+        const double n_w = ((convert_d + wishart_m) + 1.0);
+        const double t1 = ((n_w * convert_d) * (ks::log(wishart_gamma) - 0.34657359027997264));
         const double mul_n_w = (0.5 * n_w);
         // gmm.py:31: C = n_w * d * (math.log(wishart_gamma) - 0.5 * math.log(2.0)) - log_gamma_d(0.5 * n_w, d)
-        const double C = (t3 - detail::log_gamma_d(d, mul_n_w));
+        const double C = (t1 - detail::log_gamma_d(d, mul_n_w));
         // gmm.py:32: frobenius = torch.sum(torch.exp(qs) ** 2) + torch.sum(ls ** 2)
         double ipow_exp_qs_sum = 0;
         for (int64_t i = 0; i < K; ++i) {
@@ -2647,8 +2647,8 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
         const double sub_mul_frobenius = (((0.5 * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum1));
         log_wishart_prior = (sub_mul_frobenius - (static_cast<double>(K) * C));
     }
-    const double t2 = (((constant + slse) - t1) + log_wishart_prior);
-    *out = t2;
+    const double t1 = (((constant + slse) - mul_convert_n) + log_wishart_prior);
+    *out = t1;
     return ks::status::ok;
 }
 
@@ -2739,10 +2739,10 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
             }
             // gmm.py:109 (continued)
             for (int64_t c = 0; c < max_r; ++c) {
-                const int64_t t1 = (((ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1});
+                const int64_t ls_at = (((ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1});
                 // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 for (int64_t j = 0; j < K; ++j) {
-                    const double icf_i = icf[d + ks::clamp_index_nonneg(t1, (T - d)) + j * T];
+                    const double icf_i = icf[d + ks::clamp_index_nonneg(ls_at, (T - d)) + j * T];
                     const double xc_i = xc[i * (K * d) + c + j * d];
                     const double sum_i = sum[j];
                     const double sum_i1 = (sum_i + (icf_i * xc_i));
@@ -2897,11 +2897,11 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
             }
             // gmm.py:109 (continued)
             for (int64_t c = max_r - 1; c >= 0; --c) {
-                const int64_t t4 = (((ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1});
+                const int64_t d_ls_at = (((ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2}) + r) - c) - int64_t{1});
                 // gmm.py:109: row = torch.exp(qs[:, r]) * xc[:, r] + sum(ls[:, c * (2 * d - c - 1) // 2 + r - c - 1] ...
                 for (int64_t j = 0; j < K; ++j) {
                     const double d_sum_i = d_sum1[j];
-                    const double icf_i = icf[d + ks::clamp_index_nonneg(t4, (T - d)) + j * T];
+                    const double icf_i = icf[d + ks::clamp_index_nonneg(d_ls_at, (T - d)) + j * T];
                     const double d_sum_mul_ls_i = (d_sum_i * icf_i);
                     d_sum_mul_ls[j] = d_sum_mul_ls_i;
                 }
@@ -2919,7 +2919,7 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
                 }
                 // gmm.py:109 (continued)
                 for (int64_t j = 0; j < K; ++j) {
-                    d_ls[ks::clamp_index_nonneg(t4, (T - d)) + j * ((T - d))] += d_sum_mul_xc[j];
+                    d_ls[ks::clamp_index_nonneg(d_ls_at, (T - d)) + j * ((T - d))] += d_sum_mul_xc[j];
                 }
             }
             // gmm.py:109 (continued)

@@ -212,7 +212,7 @@ int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* target, const
     // ONNX node /mlp/fc2/Gemm (Gemm)
     const auto epilogue1 = epilogue_form3(mlp_fc2_bias);
     ks::tiled_gemm<float>(batch, 32, 32, {mlp_Tanh, 32, 1}, {mlp_fc2_weight, 1, 32}, {mlp_Tanh_1, 32, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue1));
-    const float t1 = (1.0f / static_cast<float>(batch));
+    const float div_convert_batch = (1.0f / static_cast<float>(batch));
     // ONNX node /mlp/out/Gemm (Gemm)
     const auto epilogue2 = [&](int64_t row2, int64_t col2, float v2) {
         const float mlp_out_bias_i = mlp_out_bias[col2];
@@ -220,7 +220,7 @@ int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* target, const
         const float target_i = target[row2 + col2];
         const float Sub_i = (mlp_out_Gemm_i - target_i);
         const float mul_Sub_i = (2.0f * Sub_i);
-        const float d_mlp_out_Gemm_i = (t1 * mul_Sub_i);
+        const float d_mlp_out_Gemm_i = (div_convert_batch * mul_Sub_i);
         return d_mlp_out_Gemm_i;
     };
     ks::tiled_gemm<float>(batch, 1, 32, {mlp_Tanh_1, 32, 1}, {mlp_out_weight, 1, 32}, {d_mlp_out_Gemm, 1, 1}, false, scratch_float, ks::product_epilogue<float>(epilogue2));

@@ -156,6 +156,7 @@ int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, void* workspac
     uint8_t* const lt_y = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(n1);
     (void)next_slot;
+    float* const tmp = y;  // reuses a dead buffer's space
     // sqrl.py:10: y = torch.sum(x)
     for (int64_t i = 0; i < n1; ++i) {
         float y_i = 0;
@@ -194,14 +195,14 @@ int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, void* workspac
             }
             acc_i += acc_i_block;
         }
-        out[i] = acc_i;
+        tmp[i] = acc_i;
     }
-    const float t1 = static_cast<float>(n);
+    const float convert_n = static_cast<float>(n);
     // sqrl.py:15: return torch.mean(torch.sin(t) * t)
     for (int64_t i = 0; i < n1; ++i) {
-        const float out_i = out[i];
-        const float t2 = (out_i / t1);
-        out[i] = t2;
+        const float tmp_i = tmp[i];
+        const float t1 = (tmp_i / convert_n);
+        out[i] = t1;
     }
     return ks::status::ok;
 }
@@ -245,11 +246,11 @@ int sqrl_vsqrl_vjp(int64_t n1, int64_t n, const float* x, const float* ct, float
         const bool lt_y_i = (y_i < 0.0f);
         lt_y[i] = lt_y_i;
     }
-    const float t1 = (1.0f / static_cast<float>(n));
+    const float div_convert_n = (1.0f / static_cast<float>(n));
     // sqrl.py:15: return torch.mean(torch.sin(t) * t)
     for (int64_t i = 0; i < n1; ++i) {
         const float ct_i = ct[i];
-        const float mulz_ct_i = ks::mulz(ct_i, t1);
+        const float mulz_ct_i = ks::mulz(ct_i, div_convert_n);
         mulz_ct[i] = mulz_ct_i;
     }
     // sqrl.py:11, 12, 14, 15
@@ -265,8 +266,8 @@ int sqrl_vsqrl_vjp(int64_t n1, int64_t n, const float* x, const float* ct, float
             const float d_t_i1 = (d_t_i + ((mulz_ct_i * t_i2) * std::cos(t_i2)));
             const float d_t_i2 = (lt_y_i ? d_t_i1 : 0.0f);
             const float d_t_i3 = (lt_y_i ? 0.0f : d_t_i1);
-            const float t2 = ((d_t_i3 * 0.5f) * (2.0f * x_i));
-            const float d_x_i = (lt_y_i ? 0.0f : t2);
+            const float t1 = ((d_t_i3 * 0.5f) * (2.0f * x_i));
+            const float d_x_i = (lt_y_i ? 0.0f : t1);
             const float mul_d_t_i = (d_t_i2 * (-0.125f));
             const float d_x_i1 = (d_x_i + (lt_y_i ? mul_d_t_i : 0.0f));
             out[i * n + j] = d_x_i1;
