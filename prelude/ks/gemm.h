@@ -271,7 +271,7 @@ constexpr bool dot_products = false;
 #endif
 
 // Whether a block of tiles whose a is read once from beyond L2 (row_tiles::streamed: a layer's kernel rows read as
-// they are) prefetches a's next row tile from the tiles of its first panels (ahead_tiles). On AVX-512 only, where it
+// they are) prefetches a's next row tile from the tiles of its first panels (ahead_block). On AVX-512 only, where it
 // was measured (an Intel Xeon whose hardware prefetchers did not fetch those rows ahead: docs/performance.md); the
 // other levels' code is as it was. Of float: a double one would be 5 KB more code no network measured here runs.
 template <class T>
@@ -552,7 +552,7 @@ struct table_rows {
 // FIN: the tile applies an affine epilogue fin when fin is not null (its bias from index `first` on: of the tile's
 // first row, or of its first column for an affine by column); without, no code for it. (One offset for both: a
 // column offset of its own made ks::tiles::block's frame 560-576 B on AVX-512, over the kernel layer's 512 B.)
-// ROWS: pf is a's next row tile instead (ahead_tiles): its first row at pf.from, its rows pf.step bytes apart; at k
+// ROWS: pf is a's next row tile instead (ahead_block): its first row at pf.from, its rows pf.step bytes apart; at k
 // row p the tile prefetches element p of that tile's row p % MR, so that every cache line of its rows is fetched.
 template <class T, int MR, int NP, bool PACKED = false, int LIVE = MR, bool FIN = false, bool ROWS = false, class Rows>
 inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows& b, T* c,
@@ -860,14 +860,15 @@ KS_BLOCK void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b,
     }
 }
 
-// tiles::block<T, false, row_block, AFFINE> over its first panel_block panels (cols columns), for an
-// a read once from beyond L2 (row_tiles::streamed, rows_ahead): each whole row tile prefetches into L2 the next one's
+// tiles::block<T, false, row_block, AFFINE> over its first panel_block panels (cols columns), for an a read once
+// from beyond L2 (row_tiles::streamed, rows_ahead): each whole row tile prefetches into L2 the next one's
 // rows (micro's ROWS), which that tile, and those of the later panels, then find there; the rest as block does it,
 // the same arithmetic, so the same results bit for bit. (A function of its own, which a convolution's block calls
 // before tiles::block over the panels after these: in block, the choice of tile spilled one more value of its frame,
 // 496 -> 560 B.)
 template <class T, bool AFFINE>
-KS_OWN_FRAME void ahead_block(int64_t m, int64_t kc, const row_tiles<T>& a, const panel_rows<T>& b, T* c, int64_t c_rs, int64_t cols, bool load_c, bool last, int64_t j, const epilogue<T>& epi) {
+KS_OWN_FRAME void ahead_block(int64_t m, int64_t kc, const row_tiles<T>& a, const panel_rows<T>& b, T* c, int64_t c_rs,
+                              int64_t cols, bool load_c, bool last, int64_t j, const epilogue<T>& epi) {
     constexpr int MR = row_block;
     const affine<T> regs = AFFINE && affine_in_tiles && last ? epi.in_tiles(0, j) : affine<T>{};
     const bool per_tile = last && epi && !regs && (c_rs * int64_t(sizeof(T))) % 4096 == 0 && m > MR;
