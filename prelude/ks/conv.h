@@ -628,9 +628,23 @@ tiles::row_tiles<T> kernel_rows(const T* kernel, int64_t depth, int64_t k0) {
 }
 
 // A convolution's block of tiles (tiles::block, the affine epilogue in its tiles), in a frame of its own.
+// With a streamed kernel (row_tiles::streamed: read once from memory), its first panels by tiles::ahead_block, whose
+// tiles prefetch the kernel's next rows, then the others by tiles::block.
 template <class T, bool PACKED, class Rows>
 KS_OWN_FRAME void conv_block(int64_t m, int64_t kc, const tiles::row_tiles<T>& a, const Rows& b, int panels, T* c,
                              int64_t c_rs, int64_t cols, bool load_c, bool last, int64_t j, const epilogue<T>& epi) {
+    if constexpr (tiles::rows_ahead<T> && !PACKED && std::is_same<Rows, tiles::panel_rows<T>>::value) {
+        constexpr int NP = tiles::panel_block;
+        if (a.streamed && !b.streamed && m >= 2 * tiles::row_block && panels >= NP) {
+            const int64_t w = cols < int64_t(NP) * panel_width<T> ? cols : int64_t(NP) * panel_width<T>;
+            tiles::ahead_block<T, true>(m, kc, a, b, c, c_rs, w, load_c, last, j, epi);
+            if (panels > NP) {
+                tiles::block<T, PACKED>(m, kc, a, b.from(NP), panels - NP, c + w, c_rs, cols - w, load_c, last, j + w,
+                                        epi);
+            }
+            return;
+        }
+    }
     tiles::block<T, PACKED>(m, kc, a, b, panels, c, c_rs, cols, load_c, last, j, epi);
 }
 
@@ -734,6 +748,10 @@ __attribute__((noinline)) void flat_group(const conv_shape& s, const T* x, const
     }
 }
 
+// The bytes of kernel rows over which the `panels` method's tiles prefetch them (tiles::rows_ahead): a kernel that
+// small may still be in L2 (as winograd::prefetched_kernel).
+constexpr int64_t streamed_kernel = 512 * 1024;
+
 // One group of one image, the im2col matrix packed into panels block by block.
 template <class T, bool PACKED>
 __attribute__((noinline)) void packed_group(const conv_shape& s, const T* x, const T* kernel, T* panels, chunks<T>& cs, T* y,
@@ -746,9 +764,13 @@ __attribute__((noinline)) void packed_group(const conv_shape& s, const T* x, con
         for (int64_t k0 = 0; k0 < depth; k0 += step) {
             const int64_t kc = depth - k0 < step ? depth - k0 : step;
             pack_panels<T>(s, x, k0, kc, j0, cols, panels, cs);
-            conv_block<T, PACKED>(mg, kc, kernel_rows<T, PACKED>(kernel, depth, k0),
-                                  tiles::panel_rows<T>{panels, P, kc * P}, static_cast<int>((cols + P - 1) / P), y + j0,
-                                  n, cols, k0 > 0, k0 + kc >= depth, j0, epi);
+            tiles::row_tiles<T> a = kernel_rows<T, PACKED>(kernel, depth, k0);
+            // (the kernel as it is, read once: method panels; prefetched when its rows of this block are larger than
+            // L2 keeps from one layer's call to the next)
+            a.streamed = !PACKED && mg * kc * int64_t(sizeof(T)) > streamed_kernel;
+            conv_block<T, PACKED>(mg, kc, a, tiles::panel_rows<T>{panels, P, kc * P},
+                                  static_cast<int>((cols + P - 1) / P), y + j0, n, cols, k0 > 0, k0 + kc >= depth, j0,
+                                  epi);
         }
     }
 }
@@ -1070,7 +1092,7 @@ __attribute__((noinline)) void chunk_images(const conv_shape& given, const conv_
     const int64_t m = s.out_channels, n = s.positions(), cc = chunk_channels<T>(s);
     const int64_t full = n - tiles::index_mod(n, P), tail = n - full, cols = fold ? full : n;
     const int64_t count = s.channels - c0 < cc ? s.channels - c0 : cc, kc = count * s.taps();
-    const tiles::row_tiles<T> a = kernel_rows<T, false>(w, s.depth(), c0 * s.taps());
+    tiles::row_tiles<T> a = kernel_rows<T, false>(w, s.depth(), c0 * s.taps());
     const bool first = c0 == 0, last = c0 + count >= s.channels;
     T* tail_panel = panels + tiles::index_div(full, P) * kc * P;  // (the panel after the whole ones)
     const int64_t plane = tiles::index_div(plan.image, s.channels);
@@ -1082,6 +1104,7 @@ __attribute__((noinline)) void chunk_images(const conv_shape& given, const conv_
         }
         if (cols > 0) {
             pack_panels<T>(s, xi, 0, kc, 0, cols, panels, cs);
+            a.streamed = image == g0;  // (the chunk's kernel rows from memory for the first image, then from L2)
             conv_block<T, false>(m, kc, a, tiles::panel_rows<T>{panels, P, kc * P}, static_cast<int>((cols + P - 1) / P),
                                  y + image * m * n, n, cols, !first, last, 0, epi.group(image, 0));
         }

@@ -275,6 +275,13 @@ constexpr bool dot_products = false;
 #define KS_OWN_FRAME __attribute__((noinline))
 #endif
 
+// Whether a block of tiles whose a is read once from beyond L2 (row_tiles::streamed: a layer's kernel rows read as
+// they are) prefetches a's next row tile from the tiles of its first panels (ahead_block). On AVX-512 only, where it
+// was measured (an Intel Xeon whose hardware prefetchers did not fetch those rows ahead: docs/performance.md); the
+// other levels' code is as it was. Of float: a double one would be 5 KB more code no network measured here runs.
+template <class T>
+constexpr bool rows_ahead = prefetch_ahead && vector_bytes == 64 && sizeof(T) == 4;
+
 // a / b of indices (a >= 0, b > 0): in 32 bits on a 32-bit target, where every index into memory fits, so that no
 // 64-bit division is compiled there (on a Cortex-M a call of libgcc's __aeabi_ldivmod: 0.7 KB of code, ~100
 // instructions a call).
@@ -550,7 +557,9 @@ struct table_rows {
 // FIN: the tile applies an affine epilogue fin when fin is not null (its bias from index `first` on: of the tile's
 // first row, or of its first column for an affine by column); without, no code for it. (One offset for both: a
 // column offset of its own made ks::tiles::block's frame 560-576 B on AVX-512, over the kernel layer's 512 B.)
-template <class T, int MR, int NP, bool PACKED = false, int LIVE = MR, bool FIN = false, class Rows>
+// ROWS: pf is a's next row tile instead (ahead_block): its first row at pf.from, its rows pf.step bytes apart; at k
+// row p the tile prefetches element p of that tile's row p % MR, so that every cache line of its rows is fetched.
+template <class T, int MR, int NP, bool PACKED = false, int LIVE = MR, bool FIN = false, bool ROWS = false, class Rows>
 inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows& b, T* c,
                                      int64_t c_rs, int cols, bool load_c, ahead pf = {}, const affine<T>* fin = nullptr,
                                      int64_t first = 0) {
@@ -577,7 +586,11 @@ inline void micro(int64_t kc, const T* a, int64_t a_rs, int64_t a_cs, const Rows
             if (KU > 1 && p0 >= whole && p >= kc) {
                 break;
             }
-            if (pf.from) {
+            if (ROWS && pf.from) {
+                const uint64_t row = uint64_t(p) % MR;
+                __builtin_prefetch(reinterpret_cast<const char*>(pf.from + uintptr_t(row * pf.step) +
+                                                                 uintptr_t(p * a_cs) * sizeof(T)), 0, 2);
+            } else if (!ROWS && pf.from) {
                 __builtin_prefetch(reinterpret_cast<const char*>(pf.from + uintptr_t((p * pf.step) >> 16)), 0, 2);
             }
             V bv[NP * W];
@@ -683,6 +696,7 @@ struct row_tiles {
     int64_t rs;
     int64_t cs;
     int64_t ts;
+    bool streamed = false;  // read once, from beyond L2 (a layer's kernel rows as they are): see rows_ahead
 };
 
 template <class T>
@@ -701,15 +715,15 @@ struct tile_epilogue {
 
 // One tile: micro with a's strides, folded to constants for a packed a (LIVE: see micro); then, with `after`,
 // the epilogue over it (its rows r0... and columns c0... of the block).
-template <class T, int MR, int NP, bool PACKED, int LIVE = MR, bool FIN = false, class Rows>
+template <class T, int MR, int NP, bool PACKED, int LIVE = MR, bool FIN = false, bool ROWS = false, class Rows>
 inline void tile(int64_t kc, const row_tiles<T>& a, const T* at, const Rows& b, T* c, int64_t c_rs, int cols,
                  bool load_c, const tile_epilogue<T>& after = {}, int64_t r0 = 0, int64_t c0 = 0, ahead pf = {}) {
     constexpr bool fin = FIN && affine_in_tiles;  // (with one lane, no code for it)
     const int64_t first = fin && after.regs != nullptr && after.regs->columns ? c0 : r0;  // (the affine's bias index)
     if constexpr (PACKED) {
-        micro<T, MR, NP, true, LIVE, fin>(kc, at, 1, row_block, b, c, c_rs, cols, load_c, pf, after.regs, first);
+        micro<T, MR, NP, true, LIVE, fin, ROWS>(kc, at, 1, row_block, b, c, c_rs, cols, load_c, pf, after.regs, first);
     } else {
-        micro<T, MR, NP, false, LIVE, fin>(kc, at, a.rs, a.cs, b, c, c_rs, cols, load_c, pf, after.regs, first);
+        micro<T, MR, NP, false, LIVE, fin, ROWS>(kc, at, a.rs, a.cs, b, c, c_rs, cols, load_c, pf, after.regs, first);
     }
     if (after.epi != nullptr) {
         (*after.epi)(after.i + r0, after.j + c0, c, c_rs, 1, LIVE, cols);
@@ -848,6 +862,36 @@ KS_BLOCK void block(int64_t m, int64_t kc, const row_tiles<T>& a, const Rows& b,
     }
     if (last && !per_tile && !regs) {  // (the block's columns are consecutive in c, whatever the panels' width)
         epi(i0, j, c, c_rs, 1, m, cols);
+    }
+}
+
+// tiles::block<T, false, row_block, AFFINE> over its first panel_block panels (cols columns), for an a read once
+// from beyond L2 (row_tiles::streamed, rows_ahead): each whole row tile prefetches into L2 the next one's
+// rows (micro's ROWS), which that tile, and those of the later panels, then find there; the rest as block does it,
+// the same arithmetic, so the same results bit for bit. (A function of its own, which a convolution's block calls
+// before tiles::block over the panels after these: in block, the choice of tile spilled one more value of its frame,
+// 496 -> 560 B.)
+template <class T, bool AFFINE>
+KS_OWN_FRAME void ahead_block(int64_t m, int64_t kc, const row_tiles<T>& a, const panel_rows<T>& b, T* c, int64_t c_rs,
+                              int64_t cols, bool load_c, bool last, int64_t j, const epilogue<T>& epi) {
+    constexpr int MR = row_block;
+    const affine<T> regs = AFFINE && affine_in_tiles && last ? epi.in_tiles(0, j) : affine<T>{};
+    const bool per_tile = last && epi && !regs && (c_rs * int64_t(sizeof(T))) % 4096 == 0 && m > MR;
+    const tile_epilogue<T> after{per_tile ? &epi : nullptr, 0, j, regs ? &regs : nullptr};
+    const int64_t whole = m - m % MR;
+    for (int64_t i = 0; i < whole; i += MR) {
+        const T* at = a.data + i * a.rs;
+        const bool next = i + MR < whole;  // (the last one's next rows are block_rest's, or past a's end: none)
+        const ahead pf{next ? reinterpret_cast<uintptr_t>(at) + uintptr_t(MR * a.rs) * sizeof(T) : 0,
+                       a.rs * int64_t(sizeof(T))};
+        tile<T, MR, panel_block, false, MR, AFFINE, true>(kc, a, at, b, c + i * c_rs, c_rs, static_cast<int>(cols),
+                                                          load_c, after, i, 0, pf);
+    }
+    if (whole < m) {
+        block_rest<T, false, MR>(m, whole, kc, a, b, panel_block, c, c_rs, cols, load_c, after, epi);
+    }
+    if (last && !per_tile && !regs) {
+        epi(0, j, c, c_rs, 1, m, cols);
     }
 }
 

@@ -342,6 +342,32 @@ void chunked_convs(uint64_t& state) {
     }
 }
 
+// Convolutions by the `panels` method with the kernel read as it is (one image, its positions in one block) and a
+// k block of its rows over 512 KB (convs::streamed_kernel; a larger kernel runs by chunks, which chunked_convs checks): on AVX-512 (the native build) the first panels' tiles
+// prefetch the kernel's next rows (tiles::ahead_block), the other panels by tiles::block; output channels past the
+// last whole tile (ahead_block's rows left), 25 positions (two panels: ahead_block alone) and 49 (four: then
+// tiles::block over the last two), with and without an epilogue. The method must be the one these shapes get.
+template <class T>
+void streamed_panels(uint64_t& state) {
+    struct case_ {
+        int64_t channels, out_channels, side;
+    };
+    const case_ cases[] = {{64, 301, 13}, {64, 300, 9}};  // (kernels of 690 KB: under chunked's 1 MB)
+    int trial = 0;
+    for (const case_& c : cases) {
+        ks::conv_shape s{c.channels, c.out_channels, 1, {1, c.side, c.side}, {}, {1, 3, 3}, {1, 2, 2}, {1, 1, 1},
+                         {0, 1, 1}};
+        s.out[0] = 1;
+        s.out[1] = s.out[2] = (c.side + 2 - 3) / 2 + 1;
+        const bool panels = ks::convs::method_of<T>(s, 1) == ks::convs::method::panels;
+        report<T>(panels ? 0.0 : 1e9, s.depth(), "conv: the panels method chosen", s.out_channels, s.positions(),
+                  s.depth(), 0);
+        for (int e = 0; e < 2; ++e) {
+            check_conv<T>(s, 1, (trial++ & 1) != 0, 0, state);
+        }
+    }
+}
+
 // Strided 2-d convolutions whose rows hold four panels or more: ks::conv's `phases` methods (ks/conv.h: the image
 // split into stride phases, read by the direct path's tiles), which must be the method these shapes get: a 7 × 7
 // stride-2 stem of 3 channels, 3 × 3 stride-2 layers, strides 3 and (1, 2), odd sides, padding on one side or none,
@@ -669,6 +695,7 @@ int main(int argc, char** argv) {
     convs<double>(state);
     chunked_convs<float>(state);
     chunked_convs<double>(state);
+    streamed_panels<float>(state);
     phased_convs<float>(state);
     phased_convs<double>(state);
     flat_convs<float>(state);
