@@ -156,7 +156,6 @@ int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, void* workspac
     uint8_t* const lt_y = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(n1);
     (void)next_slot;
-    float* const tmp = y;  // reuses a dead buffer's space
     // sqrl.py:10: y = torch.sum(x)
     for (int64_t i = 0; i < n1; ++i) {
         float y_i = 0;
@@ -195,13 +194,13 @@ int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, void* workspac
             }
             acc_i += acc_i_block;
         }
-        tmp[i] = acc_i;
+        out[i] = acc_i;
     }
     const float convert_n = static_cast<float>(n);
     // sqrl.py:15: return torch.mean(torch.sin(t) * t)
     for (int64_t i = 0; i < n1; ++i) {
-        const float tmp_i = tmp[i];
-        const float t1 = (tmp_i / convert_n);
+        const float out_i = out[i];
+        const float t1 = (out_i / convert_n);
         out[i] = t1;
     }
     return ks::status::ok;
