@@ -52,21 +52,31 @@ carry and its initial value, a sum's first element), a pragma, the head of a ste
 
 def loop_nests(cpp: str) -> list[tuple[int, bool]]:
     """(line number, whether a comment stands over it) of each loop nest of the source: each `for` loop in no
-    other, the comment above it or above the declarations right before it."""
+    other, the comment above it or above the declarations right before it. A nest in the branches of an `if` that
+    picks one of two forms of a loop by its length (`if (K >= 32) { vectorized } else { scalar }`) stands under
+    the comment over that `if`."""
     lines = cpp.splitlines()
-    out, depth, fors = [], 0, []
+
+    def under_comment(n: int) -> bool:
+        j = n - 1
+        while j > 0 and PREAMBLE.match(lines[j]):
+            j -= 1
+        return lines[j].strip().startswith("// ")
+
+    out, depth, fors, guard = [], 0, [], None  # guard: (the depth of an if outside every loop, its comment)
     for n, line in enumerate(lines):
         code = re.sub(r"//.*", "", line).strip()
+        if code.startswith("if (") and not fors and guard is None:
+            guard = (depth, under_comment(n))
         if code.startswith("for (") and not fors:
-            j = n - 1
-            while j > 0 and PREAMBLE.match(lines[j]):
-                j -= 1
-            out.append((n + 1, lines[j].strip().startswith("// ")))
+            out.append((n + 1, under_comment(n) or (guard is not None and depth > guard[0] and guard[1])))
         if code.startswith("for ("):
             fors.append(depth)
         depth += code.count("{") - code.count("}")
         while fors and depth <= fors[-1]:
             fors.pop()
+        if guard is not None and depth <= guard[0] and not code.startswith("} else"):
+            guard = None
     return out
 
 

@@ -57,7 +57,7 @@ def test_gmm_names_values_after_the_users_variables(gmm_cpp):
     for name in ("Qs", "base", "centered", "scores", "constant", "n_w"):  # gmm.py's own names
         assert re.search(rf"\b{name}\b", body), name
     grad = "\n".join(_function(gmm_cpp, "gmm_gmm_tri_grad"))
-    assert re.search(r"for \(int64_t r = ", grad) and re.search(r"\bd_alphas\b", grad)
+    assert re.search(r"for \(int64_t r = ", grad) and re.search(r"\b(out_)?d_alphas\b", grad)
 
 
 def test_gmm_index_arithmetic_is_one_subscript_and_paths_are_relative(gmm_cpp):
@@ -140,12 +140,12 @@ def test_gmm_numbered_names_stay_below_their_measured_share(gmm_cpp):
 def test_every_loop_nest_stands_under_a_comment_naming_its_source(gmm_cpp, tmp_path):
     """Each loop nest of examples/gmm's and onnx_mlp's C++ has its comment (101 of gmm's 172 before: a second nest
     of one line, a sum's zeroing loop and the sum, the copies into the outputs had none); a later nest of the line
-    says `// gmm.py:92 (continued)`, a copy into an output `// the result out_d_icf`."""
+    says `// gmm.py:92 (continued)`, a copy into an output `// the result out_d_means`."""
     count_names = _count_names()
     for cpp in (gmm_cpp, _render("onnx_mlp", "onnx_mlp", tmp_path)):
         nests = count_names.loop_nests(cpp)
         assert len(nests) > 5 and [n for n, under in nests if not under] == []
-    assert "    // gmm.py:53 (continued)\n" in gmm_cpp and "    // the result out_d_icf\n" in gmm_cpp
+    assert "    // gmm.py:53 (continued)\n" in gmm_cpp and "    // the result out_d_means\n" in gmm_cpp
 
 
 def test_a_reverse_loops_carries_are_the_cotangents_of_the_forward_ones(gmm_cpp):
