@@ -630,7 +630,8 @@ def test_winograd_rule_leaves_few_tiles_of_large_kernels_direct():
 def test_squeeze_excite_fc_is_a_product_over_the_batch(tmp_path):
     """A 1 × 1 convolution of images of one position ([n, C, 1, 1], a squeeze-excite block's fully connected
     layers) is the product [n, C] · [M, C]ᵀ (reading the kernel once for the batch, not once per image in
-    few_dots) and stays outside the image-by-image loop, which is cut there; the other convolutions are still
+    few_dots) when the kernel has at least IMAGES_AS_ROWS_MIN elements (256 × 256 here), and stays outside the
+    image-by-image loop, which is cut there; the other convolutions are still
     convolves; the lowered function evaluates as torch (the reference interpreter). Lowering alone, no build."""
     import torch.nn.functional as F
 
@@ -639,8 +640,8 @@ def test_squeeze_excite_fc_is_a_product_over_the_batch(tmp_path):
     from ksbuild.transforms.pipeline import Options, lower
     (tmp_path / "k.py").write_text(KERNELS + '''
 
-def se(x: "float[n, 8, 6, 6]", w: "float[16, 8, 3, 3]", f1: "float[4, 16, 1, 1]", b1: "float[4]",
-       f2: "float[16, 4, 1, 1]", b2: "float[16]", w3: "float[8, 16, 1, 1]") -> "float[n, 8, 6, 6]":
+def se(x: "float[n, 8, 4, 4]", w: "float[256, 8, 3, 3]", f1: "float[256, 256, 1, 1]", b1: "float[256]",
+       f2: "float[256, 256, 1, 1]", b2: "float[256]", w3: "float[8, 256, 1, 1]") -> "float[n, 8, 4, 4]":
     h = torch.relu(F.conv2d(x, w, padding=1))
     s = torch.mean(h, dim=(2, 3), keepdim=True)
     s = torch.sigmoid(F.conv2d(torch.relu(F.conv2d(s, f1, b1)), f2, b2))
@@ -656,7 +657,8 @@ def se(x: "float[n, 8, 6, 6]", w: "float[16, 8, 3, 3]", f1: "float[4, 16, 1, 1]"
     threads = lower(f, Options(threads=2), after="select_backend")
     assert [e.prim.name for e in threads.eqns].count("contract") == 0
     rng = np.random.default_rng(3)
-    args = _args(rng, (3, 8, 6, 6), (16, 8, 3, 3), (4, 16, 1, 1), (4,), (16, 4, 1, 1), (16,), (8, 16, 1, 1))
+    args = _args(rng, (3, 8, 4, 4), (256, 8, 3, 3), (256, 256, 1, 1), (256,), (256, 256, 1, 1), (256,),
+                 (8, 256, 1, 1))
     h = torch.relu(F.conv2d(torch.tensor(args[0]), torch.tensor(args[1]), padding=1))
     s = torch.sigmoid(F.conv2d(torch.relu(F.conv2d(h.mean((2, 3), keepdim=True), torch.tensor(args[2]),
                                                     torch.tensor(args[3]))), torch.tensor(args[4]), torch.tensor(args[5])))
