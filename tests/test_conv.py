@@ -625,3 +625,43 @@ def test_winograd_rule_leaves_few_tiles_of_large_kernels_direct():
     assert applies(64, 64, 6) and applies(128, 128, 7) and applies(256, 256, 8) and applies(512, 512, "h")
     assert not applies(512, 512, 7) and not applies(256, 256, 7) and not applies(64, 64, 5)
     assert not applies(32, 32, 16)  # fewer than 2048 pairs
+
+
+def test_squeeze_excite_fc_is_a_product_over_the_batch(tmp_path):
+    """A 1 × 1 convolution of images of one position ([n, C, 1, 1], a squeeze-excite block's fully connected
+    layers) is the product [n, C] · [M, C]ᵀ (reading the kernel once for the batch, not once per image in
+    few_dots) when the kernel has at least IMAGES_AS_ROWS_MIN elements (256 × 256 here), and stays outside the
+    image-by-image loop, which is cut there; the other convolutions are still
+    convolves; the lowered function evaluates as torch (the reference interpreter). Lowering alone, no build."""
+    import torch.nn.functional as F
+
+    from ksbuild.frontends.python.source import compile_python_kernel
+    from ksbuild.ir.interp import eval_func
+    from ksbuild.transforms.pipeline import Options, lower
+    (tmp_path / "k.py").write_text(KERNELS + '''
+
+def se(x: "float[n, 8, 4, 4]", w: "float[256, 8, 3, 3]", f1: "float[256, 256, 1, 1]", b1: "float[256]",
+       f2: "float[256, 256, 1, 1]", b2: "float[256]", w3: "float[8, 256, 1, 1]") -> "float[n, 8, 4, 4]":
+    h = torch.relu(F.conv2d(x, w, padding=1))
+    s = torch.mean(h, dim=(2, 3), keepdim=True)
+    s = torch.sigmoid(F.conv2d(torch.relu(F.conv2d(s, f1, b1)), f2, b2))
+    return F.conv2d(h * s, w3)
+''')
+    f = compile_python_kernel(tmp_path / "k.py", "se", "f64")
+    g = lower(f, Options(), after="per_row")
+    top = [e.prim.name for e in g.eqns if e.prim.name in ("loop", "convolve", "contract")]
+    assert top.count("contract") == 2 and ("convolve" in top or "loop" in top), top
+    for e in g.eqns:
+        if e.prim.name == "loop":
+            assert "contract" not in [d.prim.name for d in e.params["body"].eqns]
+    threads = lower(f, Options(threads=2), after="select_backend")
+    assert [e.prim.name for e in threads.eqns].count("contract") == 0
+    rng = np.random.default_rng(3)
+    args = _args(rng, (3, 8, 4, 4), (256, 8, 3, 3), (256, 256, 1, 1), (256,), (256, 256, 1, 1), (256,),
+                 (8, 256, 1, 1))
+    h = torch.relu(F.conv2d(torch.tensor(args[0]), torch.tensor(args[1]), padding=1))
+    s = torch.sigmoid(F.conv2d(torch.relu(F.conv2d(h.mean((2, 3), keepdim=True), torch.tensor(args[2]),
+                                                    torch.tensor(args[3]))), torch.tensor(args[4]), torch.tensor(args[5])))
+    want = F.conv2d(h * s, torch.tensor(args[6])).numpy()
+    for fn in (f, g):
+        np.testing.assert_allclose(eval_func(fn, args)[0], want, rtol=1e-10, atol=1e-10)
