@@ -79,6 +79,14 @@ def _int_literal(v: int, dtype: str) -> str:
     return f"static_cast<{C_TYPES[dtype]}>({v})"
 
 
+def simd_pragma(clauses: str) -> str:
+    """The `omp simd` line before a loop (ks/prelude.h's macros): KS_OMP_SIMD_EXTREMA where a clause reduces a max
+    or min, which clang's vectorizer refuses without -ffinite-math-only (-Wpass-failed, an error under -Werror),
+    so that clang gets no pragma there; KS_OMP_SIMD otherwise."""
+    extrema = re.search(r"reduction\((max|min):", clauses)
+    return f"KS_OMP_SIMD{'_EXTREMA' if extrema else ''}({clauses})"
+
+
 @dataclass
 class Slot:
     """One region of the workspace: a typed pointer declared in the prologue, at a byte offset of the arena
@@ -574,7 +582,7 @@ class Writer:
                 continue
             i = self.namer.index(self.depth + 1)
             if simd is not None and j == len(shape) - 1:
-                self.line(f"KS_OMP_SIMD({simd})")  # ks/prelude.h: the pragma where -fopenmp-simd is on
+                self.line(simd_pragma(simd))  # ks/prelude.h: the pragma where -fopenmp-simd is on
             self.line(f"for (int64_t {i} = 0; {i} < {dim_expr(d)}; ++{i}) {{")
             self.depth += 1
             idx.append(i)
@@ -593,7 +601,7 @@ class Writer:
         if len(dims) == 1:
             first = self.namer.index(self.depth + 1)
             if innermost and simd is not None:
-                self.line(f"KS_OMP_SIMD({simd})")
+                self.line(simd_pragma(simd))
             self.line(f"for (int64_t {first} = {span}.begin; {first} < {span}.end; ++{first}) {{")
             self.depth += 1
             self.pool_bodies.append(self.depth)
@@ -626,7 +634,7 @@ class Writer:
         self.line(f"const int64_t {end} = {span}.end - {start} < {columns} ? {span}.end - {start} : {columns};")
         column = self.namer.index(self.depth + 1)
         if simd is not None:
-            self.line(f"KS_OMP_SIMD({simd})")
+            self.line(simd_pragma(simd))
         self.line(f"for (int64_t {column} = {begin}; {column} < {end}; ++{column}) {{")
         self.depth += 1
         return [row, column]

@@ -12,7 +12,7 @@ from dataclasses import replace
 from ..ir.core import Eqn, Var
 from ..ir.types import numel
 from .body import read_once
-from .cpp import REDUCE_UPDATE, Writer, buffer_name, flat_position, reduce_init
+from .cpp import REDUCE_UPDATE, Writer, buffer_name, flat_position, reduce_init, simd_pragma
 from .storage import Storage, dim_expr
 
 
@@ -95,7 +95,7 @@ def _first_sweep(w: Writer, body, inner_eqns, reductions, accs, best, twins, sto
                 for k, flag in nans.items()]
     if parts:  # the last axis in blocks: the float sums add up per block, then block by block
         inner = [w.namer.index(w.depth + 1)]
-        w.line(f"KS_OMP_SIMD({' '.join(clauses)})")
+        w.line(simd_pragma(" ".join(clauses)))
         w.line(f"for (int64_t {inner[0]} = {start}; {inner[0]} < {end}; ++{inner[0]}) {{")
         w.depth += 1
     else:

@@ -33,6 +33,15 @@
 #else
 #define KS_OMP_SIMD(...)
 #endif
+// KS_OMP_SIMD_EXTREMA(clauses): the same for a loop with a max or min reduction clause (codegen/cpp.py:
+// simd_pragma), except with clang, whose vectorizer refuses a float max or min reduction unless NaNs are ruled out
+// (-ffinite-math-only) and says so with -Wpass-failed (an error under -Werror, at the enclosing function; a
+// diagnostic pragma does not silence it): there the loop has no pragma, and is scalar or auto-vectorized.
+#if defined(__clang__)
+#define KS_OMP_SIMD_EXTREMA(...)
+#else
+#define KS_OMP_SIMD_EXTREMA(...) KS_OMP_SIMD(__VA_ARGS__)
+#endif
 
 // The first statement of a loop that stays scalar (codegen/body.py _kept_scalar): a float sum carried in order
 // over lanes loaded one by one, which GCC would vectorize as a fold-left reduction at a loss. An empty volatile

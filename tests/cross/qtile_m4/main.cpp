@@ -43,7 +43,7 @@ int tile_case(int64_t q, int64_t live, int64_t count, bool extremes) {
         scales[i] = 1.0f / static_cast<float>(64 + next() % 4096);
     }
     tile_out o{offsets, scales, true, false, -128.0f, 127.0f, 128, y_dsp, 32, ks::conv_dim(live), ks::conv_dim(count),
-               acc_dsp};
+               acc_dsp, false};
     tile_out r = o;
     r.y = y_ref;
     r.acc = acc_ref;

@@ -138,7 +138,7 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
         double scores_max_i = ks::lowest<double>();
         int64_t has_nan = 0;
         if (K >= 32) {
-            KS_OMP_SIMD(reduction(max:scores_max_i) reduction(|:has_nan))
+            KS_OMP_SIMD_EXTREMA(reduction(max:scores_max_i) reduction(|:has_nan))
             for (int64_t j = 0; j < K; ++j) {
                 const double ipow_mahalanobis_sum_i = ipow_mahalanobis_sum[i * K + j];
                 const double base_i = base[j];
@@ -189,7 +189,7 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
     double alphas_max = ks::lowest<double>();
     int64_t has_nan = 0;
     if (K >= 32) {
-        KS_OMP_SIMD(reduction(max:alphas_max) reduction(|:has_nan))
+        KS_OMP_SIMD_EXTREMA(reduction(max:alphas_max) reduction(|:has_nan))
         for (int64_t i = 0; i < K; ++i) {
             const double alphas_i = alphas[i];
             alphas_max = alphas_i > alphas_max ? alphas_i : alphas_max;
@@ -376,7 +376,7 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             double scores_max_i = ks::lowest<double>();
             int64_t has_nan = 0;
             if (K >= 32) {
-                KS_OMP_SIMD(reduction(max:scores_max_i) reduction(|:has_nan))
+                KS_OMP_SIMD_EXTREMA(reduction(max:scores_max_i) reduction(|:has_nan))
                 for (int64_t j = 0; j < K; ++j) {
                     const double ipow_mahalanobis_sum_i = ipow_mahalanobis_sum[i * K + j];
                     const double base_i = base[j];
@@ -433,7 +433,7 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     double alphas_max = ks::lowest<double>();
     int64_t has_nan = 0;
     if (K >= 32) {
-        KS_OMP_SIMD(reduction(max:alphas_max) reduction(|:has_nan))
+        KS_OMP_SIMD_EXTREMA(reduction(max:alphas_max) reduction(|:has_nan))
         for (int64_t i = 0; i < K; ++i) {
             const double alphas_i = alphas[i];
             alphas_max = alphas_i > alphas_max ? alphas_i : alphas_max;
@@ -833,7 +833,7 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
         float scores_max_i = ks::lowest<float>();
         int64_t has_nan = 0;
         if (K >= 32) {
-            KS_OMP_SIMD(reduction(max:scores_max_i) reduction(|:has_nan))
+            KS_OMP_SIMD_EXTREMA(reduction(max:scores_max_i) reduction(|:has_nan))
             for (int64_t j = 0; j < K; ++j) {
                 const float ipow_mahalanobis_sum_i = ipow_mahalanobis_sum[i * K + j];
                 const float base_i = base[j];
@@ -894,7 +894,7 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
     float alphas_max = ks::lowest<float>();
     int64_t has_nan = 0;
     if (K >= 32) {
-        KS_OMP_SIMD(reduction(max:alphas_max) reduction(|:has_nan))
+        KS_OMP_SIMD_EXTREMA(reduction(max:alphas_max) reduction(|:has_nan))
         for (int64_t i = 0; i < K; ++i) {
             const float alphas_i = alphas[i];
             alphas_max = alphas_i > alphas_max ? alphas_i : alphas_max;
@@ -1097,7 +1097,7 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
             float scores_max_i = ks::lowest<float>();
             int64_t has_nan = 0;
             if (K >= 32) {
-                KS_OMP_SIMD(reduction(max:scores_max_i) reduction(|:has_nan))
+                KS_OMP_SIMD_EXTREMA(reduction(max:scores_max_i) reduction(|:has_nan))
                 for (int64_t j = 0; j < K; ++j) {
                     const float ipow_mahalanobis_sum_i = ipow_mahalanobis_sum[i * K + j];
                     const float base_i = base[j];
@@ -1159,7 +1159,7 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     float alphas_max = ks::lowest<float>();
     int64_t has_nan = 0;
     if (K >= 32) {
-        KS_OMP_SIMD(reduction(max:alphas_max) reduction(|:has_nan))
+        KS_OMP_SIMD_EXTREMA(reduction(max:alphas_max) reduction(|:has_nan))
         for (int64_t i = 0; i < K; ++i) {
             const float alphas_i = alphas[i];
             alphas_max = alphas_i > alphas_max ? alphas_i : alphas_max;
@@ -1569,7 +1569,7 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         double sub_base_max = ks::lowest<double>();
         int64_t has_nan = 0;
         if (K >= 32) {
-            KS_OMP_SIMD(reduction(max:sub_base_max) reduction(|:has_nan))
+            KS_OMP_SIMD_EXTREMA(reduction(max:sub_base_max) reduction(|:has_nan))
             for (int64_t j = 0; j < K; ++j) {
                 const double tmp_i = tmp[j];
                 const double base_i = base[j];
@@ -1603,7 +1603,7 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     double alphas_max = ks::lowest<double>();
     int64_t has_nan = 0;
     if (K >= 32) {
-        KS_OMP_SIMD(reduction(max:alphas_max) reduction(|:has_nan))
+        KS_OMP_SIMD_EXTREMA(reduction(max:alphas_max) reduction(|:has_nan))
         for (int64_t i = 0; i < K; ++i) {
             const double alphas_i = alphas[i];
             alphas_max = alphas_i > alphas_max ? alphas_i : alphas_max;
@@ -1815,7 +1815,7 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         double sub_base_max = ks::lowest<double>();
         int64_t has_nan = 0;
         if (K >= 32) {
-            KS_OMP_SIMD(reduction(max:sub_base_max) reduction(|:has_nan))
+            KS_OMP_SIMD_EXTREMA(reduction(max:sub_base_max) reduction(|:has_nan))
             for (int64_t j = 0; j < K; ++j) {
                 const double tmp_i = tmp[j];
                 const double base_i = base[j];
@@ -1850,7 +1850,7 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     double alphas_max = ks::lowest<double>();
     int64_t has_nan = 0;
     if (K >= 32) {
-        KS_OMP_SIMD(reduction(max:alphas_max) reduction(|:has_nan))
+        KS_OMP_SIMD_EXTREMA(reduction(max:alphas_max) reduction(|:has_nan))
         for (int64_t i = 0; i < K; ++i) {
             const double alphas_i = alphas[i];
             alphas_max = alphas_i > alphas_max ? alphas_i : alphas_max;
@@ -2111,7 +2111,7 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
         double scores_max = ks::lowest<double>();
         int64_t has_nan = 0;
         if (K >= 32) {
-            KS_OMP_SIMD(reduction(max:scores_max) reduction(|:has_nan))
+            KS_OMP_SIMD_EXTREMA(reduction(max:scores_max) reduction(|:has_nan))
             for (int64_t j = 0; j < K; ++j) {
                 const double scores_i = scores[j];
                 scores_max = scores_i > scores_max ? scores_i : scores_max;
@@ -2139,7 +2139,7 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
     double alphas_max = ks::lowest<double>();
     int64_t has_nan = 0;
     if (K >= 32) {
-        KS_OMP_SIMD(reduction(max:alphas_max) reduction(|:has_nan))
+        KS_OMP_SIMD_EXTREMA(reduction(max:alphas_max) reduction(|:has_nan))
         for (int64_t i = 0; i < K; ++i) {
             const double alphas_i = alphas[i];
             alphas_max = alphas_i > alphas_max ? alphas_i : alphas_max;
@@ -2287,7 +2287,7 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
         double scores_max = ks::lowest<double>();
         int64_t has_nan = 0;
         if (K >= 32) {
-            KS_OMP_SIMD(reduction(max:scores_max) reduction(|:has_nan))
+            KS_OMP_SIMD_EXTREMA(reduction(max:scores_max) reduction(|:has_nan))
             for (int64_t j = 0; j < K; ++j) {
                 const double scores_i = scores[j];
                 scores_max = scores_i > scores_max ? scores_i : scores_max;
@@ -2316,7 +2316,7 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     double alphas_max = ks::lowest<double>();
     int64_t has_nan = 0;
     if (K >= 32) {
-        KS_OMP_SIMD(reduction(max:alphas_max) reduction(|:has_nan))
+        KS_OMP_SIMD_EXTREMA(reduction(max:alphas_max) reduction(|:has_nan))
         for (int64_t i = 0; i < K; ++i) {
             const double alphas_i = alphas[i];
             alphas_max = alphas_i > alphas_max ? alphas_i : alphas_max;
@@ -2551,7 +2551,7 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
         double sub_base_max = ks::lowest<double>();
         int64_t has_nan = 0;
         if (K >= 32) {
-            KS_OMP_SIMD(reduction(max:sub_base_max) reduction(|:has_nan))
+            KS_OMP_SIMD_EXTREMA(reduction(max:sub_base_max) reduction(|:has_nan))
             for (int64_t j = 0; j < K; ++j) {
                 const double sqnorm_i = sqnorm[j];
                 const double base_i = base[j];
@@ -2585,7 +2585,7 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
     double alphas_max = ks::lowest<double>();
     int64_t has_nan = 0;
     if (K >= 32) {
-        KS_OMP_SIMD(reduction(max:alphas_max) reduction(|:has_nan))
+        KS_OMP_SIMD_EXTREMA(reduction(max:alphas_max) reduction(|:has_nan))
         for (int64_t i = 0; i < K; ++i) {
             const double alphas_i = alphas[i];
             alphas_max = alphas_i > alphas_max ? alphas_i : alphas_max;
@@ -2768,7 +2768,7 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
         double sub_base_max = ks::lowest<double>();
         int64_t has_nan = 0;
         if (K >= 32) {
-            KS_OMP_SIMD(reduction(max:sub_base_max) reduction(|:has_nan))
+            KS_OMP_SIMD_EXTREMA(reduction(max:sub_base_max) reduction(|:has_nan))
             for (int64_t j = 0; j < K; ++j) {
                 const double sqnorm_i = sqnorm[j];
                 const double base_i = base[j];
@@ -2803,7 +2803,7 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     double alphas_max = ks::lowest<double>();
     int64_t has_nan = 0;
     if (K >= 32) {
-        KS_OMP_SIMD(reduction(max:alphas_max) reduction(|:has_nan))
+        KS_OMP_SIMD_EXTREMA(reduction(max:alphas_max) reduction(|:has_nan))
         for (int64_t i = 0; i < K; ++i) {
             const double alphas_i = alphas[i];
             alphas_max = alphas_i > alphas_max ? alphas_i : alphas_max;
