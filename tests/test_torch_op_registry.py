@@ -158,8 +158,13 @@ def test_compiled_graphs_of_two_builds_are_not_shared(tmp_path, monkeypatch):
     tensor): torch.compile's caches of compiled graphs (by the ops a graph calls) must not give the second build the
     first one's graph. It did when a compiled graph called E.default; now a trace calls E.b<build key>."""
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
-    monkeypatch.setattr(torch._inductor.config, "fx_graph_cache", True)
-    monkeypatch.setattr(torch._functorch.config, "enable_autograd_cache", True)
+    # config.patch, not monkeypatch.setattr: undoing a setattr on torch's config modules leaves the entry hidden
+    # ("torch._functorch.config.enable_autograd_cache does not exist" in the next test of the process)
+    with torch._inductor.config.patch(fx_graph_cache=True), torch._functorch.config.patch(enable_autograd_cache=True):
+        _compile_two_builds(tmp_path)
+
+
+def _compile_two_builds(tmp_path):
     x = torch.linspace(-1, 1, 5)
     p1 = ksbuild.build(write_kernel(tmp_path, "x * 2.0", package="reg_keyed"))
     torch._dynamo.reset()
