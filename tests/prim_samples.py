@@ -475,6 +475,28 @@ SAMPLES = {
     "digamma": ((V,), {}, (positive,), vec(_digamma_ref)),
 }
 
+def _at(b, xs, i):
+    return b.index(xs, i, axis=0)
+
+
+# prim: (b, k, xs) -> a float scalar of a loop body made by the prim from the counter k and the loop constant xs
+# (f64[4]) through prims that are all recomputed: the residual r of `c = c + r * r`, which a reverse loop recomputes
+# instead of stacking one per iteration when each prim's record says `loop_remat` (test_reverse_loop_recomputes)
+LOOP_RESIDUALS = {
+    "index": lambda b, k, xs: _at(b, xs, k),
+    "slice": lambda b, k, xs: _at(b, b.slice(xs, axis=0, start=1, stop=3), k),
+    "reshape": lambda b, k, xs: _at(b, _at(b, b.reshape(xs, shape=(2, 2)), k), k),
+    "dim_size": lambda b, k, xs: _at(b, xs, b.sub(b.dim_size(dim=7), k)),
+    "add": lambda b, k, xs: _at(b, xs, b.add(k, b.lit(1, I))),
+    "sub": lambda b, k, xs: _at(b, xs, b.sub(k, b.lit(1, I))),
+    "mul": lambda b, k, xs: _at(b, xs, b.mul(k, b.lit(2, I))),
+    "neg": lambda b, k, xs: _at(b, xs, b.neg(k)),
+    "floordiv": lambda b, k, xs: _at(b, xs, b.floordiv(k, b.lit(2, I))),
+    "max": lambda b, k, xs: _at(b, xs, b.max(k, b.lit(1, I))),
+    "min": lambda b, k, xs: _at(b, xs, b.min(k, b.lit(2, I))),
+    "convert": lambda b, k, xs: b.mul(b.convert(k, dtype="f64"), _at(b, xs, k)),
+}
+
 # arguments a prim's batching rule refuses to batch (an explicit opt-out, tested to raise)
 UNBATCHED: dict[str, tuple[int, ...]] = {"tree_walk": (1, 2),  # (a forest's tables are constants)
                                           # (int8 weights are constants)

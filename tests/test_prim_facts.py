@@ -228,6 +228,39 @@ def test_bounds_rule_is_the_exact_range(name):
     assert (min(got), max(got) + 1) == (lo, hi)
 
 
+INT_VALUED = ("max",)
+"""The prims with an int_value rule (the exact value of a signed integer scalar), each binary: one operand a variable,
+the other a literal."""
+
+
+def test_the_int_valued_prims_are_tested():
+    assert sorted(n for n, p in PRIMS.items() if p.int_value is not None) == sorted(INT_VALUED)
+
+
+@pytest.mark.parametrize("name", INT_VALUED)
+def test_int_value_rule_is_the_value(name):
+    """Prim.int_value: wherever it gives a value (x of -4..6 against the literals -3, 0, 2 on either side, its sign
+    known), that is what the interpreter computes (codegen/int_signs.py drops an index's clamp by it: max(n, 0) is n
+    for n >= 0); and it gives one somewhere."""
+    from ksbuild.ir.core import Lit
+    i64, given = Type("i64"), 0
+    for c in (-3, 0, 2):
+        for x_first in (True, False):
+            x = Var(i64, "x")
+            b = Builder()
+            ins = [x, Lit(c, i64)] if x_first else [Lit(c, i64), x]
+            f = b.func("f", [x], list(b.bind(PRIMS[name], ins, {})))
+            for v in range(-4, 7):
+                def value_of(a):
+                    return int(a.value) if isinstance(a, Lit) else v
+
+                got = PRIMS[name].int_value(f.eqns[0], value_of, lambda a: value_of(a) >= 0)
+                if got is not None:
+                    given += 1
+                    assert got == int(eval_func(f, [v])[0]), (c, x_first, v)
+    assert given, f"the int_value rule of {name} gives no value on any case"
+
+
 NAME_TEST = re.compile(r"prim\.name *(==|!=|in|not in) |\.prim is ")  # (docs/architecture.md's check, as grep -E)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from prim_samples import LOWERING, SAMPLES, STRUCTURED, UNBATCHED, prim_name
+from prim_samples import LOOP_RESIDUALS, LOWERING, SAMPLES, STRUCTURED, UNBATCHED, prim_name
 
 from ksbuild.ir.builder import Builder
 from ksbuild.ir.core import Var
@@ -130,6 +130,71 @@ def test_record_is_complete(name, lowered_prims):
         assert any(s.items() >= fixed.items() for s in sampled), f"{name}: its form {form} has no sample"
     if p.transpose is not None and name not in STRUCTURED:
         assert name in DIFFERENTIATED, f"{name} has a transpose rule but no sample the dot-product test runs"
+    assert bool(p.loop_remat) == (name in LOOP_RESIDUALS), \
+        f"{name}: its loop_remat fact and test_reverse_loop_recomputes' cases (prim_samples.LOOP_RESIDUALS) disagree"
+    assert p.accumulates == (name in ACCUMULATING), \
+        f"{name}: its accumulates fact and test_transpose_accumulates_into_the_sum_so_far's ACCUMULATING disagree"
+
+
+@pytest.mark.parametrize("name", sorted(LOOP_RESIDUALS))
+def test_reverse_loop_recomputes(name):
+    """Prim.loop_remat: the vjp of a loop whose body's residual r (of `c = c + r * r`) the prim makes from the counter
+    and a loop constant recomputes r in the reverse loop from the counter (no loop stacks a residual per iteration,
+    none runs the forward loop again inside the reverse one), and is the gradient: d c_n / d xs = Σ_k 2 r_k · d r_k
+    / d xs, against central differences."""
+    from prim_samples import F, I, V, _fn
+
+    def step(b, k, xs, c):
+        r = LOOP_RESIDUALS[name](b, k, xs)
+        return [b.add(c, b.mul(r, r))]
+    body = _fn("body", (I, V, F), step)
+    b = Builder()
+    ps = [Var(I, "n"), Var(V, "xs"), Var(F, "c")]
+    f = verified(b.func(name, ps, list(b.bind(PRIMS["loop"], ps, {"body": body, "n_consts": 1, "n_carry": 1,
+                                                                   "length": None, "reverse": False}))))
+    g = vjp_func(f)
+    stacked = [e for e in _eqns_of(g, "loop") if len(e.outs) > e.params["n_carry"]]
+    assert not stacked, f"a residual made by {name} is stacked per iteration, not recomputed"
+    nested = [e for e in _eqns_of(g, "loop") if e not in g.eqns]
+    assert not nested, f"the reverse loop runs the forward loop again to get a residual made by {name}"
+    xs, u = np.random.default_rng(14).standard_normal(4), np.random.default_rng(15).standard_normal(4)
+    grad = eval_func(g, [np.int64(3), xs, 0.5, 1.0])[0]
+    h = 1e-6
+    fd = (eval_func(f, [np.int64(3), xs + h * u, 0.5])[0] - eval_func(f, [np.int64(3), xs - h * u, 0.5])[0]) / (2 * h)
+    assert float(np.dot(grad, u)) == pytest.approx(float(fd), rel=1e-6, abs=1e-8)
+
+
+ACCUMULATING = ("loop",)  # the prims whose transpose adds into the cotangent so far (Prim.accumulates)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if prim_name(n) in ACCUMULATING])
+def test_transpose_accumulates_into_the_sum_so_far(name):
+    """Prim.accumulates: in the vjp of g = sample + Σ x² over its float tensor operands x (read again after it, so
+    each has a cotangent before the prim's transpose runs), the prim's transposed equation starts from that cotangent
+    and returns the whole gradient of x (no add after it: a loop nested in a loop adds into one gradient); and the
+    gradient is right (the dot product with a jvp)."""
+    from ksbuild.ir.builder import inline
+    f = one_eqn(name)
+    b = Builder()
+    ps = [Var(p.type, p.hint) for p in f.params]
+    out = inline(b, f, ps)[0]
+    summed = [k for k, p in enumerate(ps) if p.type.is_float and p.type.rank]
+    for k in summed:
+        out = b.add(out, b.reduce_sum(b.mul(ps[k], ps[k]), axes=tuple(range(ps[k].type.rank))))
+    g = verified(b.func(name, ps, [out]))
+    vg = vjp_func(g)
+    made = {v: e for e in vg.eqns for v in e.outs}
+    floats = [k for k, p in enumerate(ps) if p.type.is_float]
+    for k in summed:
+        e = made.get(vg.results[floats.index(k)])
+        assert e is not None and e.prim.name == prim_name(name), \
+            f"the gradient of operand {k} is {e.prim.name if e else 'no equation'}'s, not {name}'s transpose's"
+    rng = np.random.default_rng(16)
+    args = sample(name, rng)
+    v = [rng.standard_normal(np.shape(args[k])) for k in floats]
+    jv = eval_func(jvp_func(g), args + v)[1]
+    jtu = eval_func(vg, args + [np.float64(1.0)])
+    assert float(np.sum(jv)) == pytest.approx(sum(float(np.sum(a * c)) for a, c in zip(jtu, v)), rel=1e-10)
 
 
 @pytest.mark.parametrize("name", NAMES)

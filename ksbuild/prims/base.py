@@ -49,6 +49,10 @@ passes make it; see prims/lowering.py).
 Facts the passes read instead of testing a prim's name:
 - reduction: "sum", "max" or "min" for a reduction a fused loop nest accumulates into a scalar, "argmax" or "argmin"
   for one that accumulates the first position of the extremum (with the extremum itself beside it); "" otherwise
+- loop_remat: what a reverse loop recomputes from the counter and the loop constants rather than storing one per
+  iteration (the residuals of a loop body: x[k], L[r, k] - mu[k], an index k + 1): "any" at any rank (views: index,
+  slice, reshape; dim_size), "scalar" on scalars only (index arithmetic: add, sub, mul, neg, floordiv, max, min,
+  convert); "" never (prims/control.py `_cheap_part`)
 - remat: an elementwise prim so cheap that the unknown part of a partial evaluation recomputes it from
   its one tensor operand rather than reading its stored result (2·x from the derivative of x², −x,
   x − 1): the forward pass then writes one array fewer, and the operand is often stored anyway
@@ -115,6 +119,7 @@ class Prim:
     scratch: Optional[Callable] = None
     reduction: str = ""
     remat: bool = False
+    loop_remat: str = ""
     strings: bool = False
     whole: str = ""
     takes: Optional[tuple[int, ...]] = None
@@ -133,6 +138,7 @@ class Prim:
         assert self.name not in PRIMS and self.name not in FORMS, f"primitive {self.name} defined twice"
         assert self.reduction in ("", "sum", "max", "min", "argmax", "argmin")
         assert self.whole in ("", "always", "if_operands")
+        assert self.loop_remat in ("", "any", "scalar")
         PRIMS[self.name] = self
         for form, params in self.forms.items():
             assert form not in PRIMS and form not in FORMS, f"form {form} of {self.name} defined twice"

@@ -485,12 +485,6 @@ def _loop_partial_eval(s, eqn, mask):
         (s.ub if u else s.kb).name_like([o], [v])
 
 
-# prims cheap enough to recompute in the reverse loop rather than store per iteration: views
-# (a gather from a loop constant) at any rank, index arithmetic and scalar arithmetic on them
-_VIEWS = {"index", "slice", "reshape", "dim_size"}
-_SCALAR_CHEAP = {"add", "sub", "mul", "neg", "floordiv", "max", "min", "convert"}
-
-
 def _rematerialized(bk: Func, res, kconst_params) -> Func:
     """remat(k, *the consts it reads) -> the residuals of a loop body that are cheap functions of
     the counter k and loop constants (the index k itself, x[k], L[r, k] - mu[k]): the reverse loop
@@ -502,7 +496,8 @@ def _rematerialized(bk: Func, res, kconst_params) -> Func:
 
 def _cheap_part(f: Func, res, leaves) -> Func:
     """part(*the leaves it reads, in f's order) -> those of res that are views of leaves or scalar integer-like
-    arithmetic on them (a loop count, an index), which a backward pass recomputes rather than receives."""
+    arithmetic on them (a loop count, an index), which a backward pass recomputes rather than receives: each made
+    by a prim whose record says `loop_remat` ("any" rank, or "scalar")."""
     made = {o: e for e in f.eqns for o in e.outs}
     leaf_set = set(leaves)
     cheap: dict[Var, bool] = {}
@@ -512,7 +507,7 @@ def _cheap_part(f: Func, res, leaves) -> Func:
             return True
         if a not in cheap:
             e = made.get(a)
-            kind_ok = e is not None and (e.prim.name in _VIEWS or (e.prim.name in _SCALAR_CHEAP and not a.type.rank))
+            kind_ok = e is not None and e.prim.loop_remat in ("any", "scalar" if not a.type.rank else "any")
             cheap[a] = kind_ok and all(is_cheap(x) for x in e.ins)
         return cheap[a]
 

@@ -307,12 +307,13 @@ def _one(b, x):
 
 
 add = binary("add", np.add, "({0} + {1})", lambda b, x, y, z: (1, 1), "x + y", transpose=_t_add,
-             simplify=_simp_add, remat=True, whole="if_operands", bounds=_bounds_add)
+             simplify=_simp_add, remat=True, whole="if_operands", bounds=_bounds_add, loop_remat="scalar")
 sub = binary("sub", np.subtract, "({0} - {1})", lambda b, x, y, z: (1, b.lit(-1, x.type.scalar())),
              "x - y", transpose=_t_sub, simplify=_simp_sub, remat=True, whole="if_operands",
-             bounds=_bounds_sub)
+             bounds=_bounds_sub, loop_remat="scalar")
 mul = binary("mul", np.multiply, "({0} * {1})", lambda b, x, y, z: (y, x), "x * y", transpose=_t_mul,
-             simplify=_simp_mul, remat=True, whole="if_operands", bounds=_bounds_mul, nonneg=_all_nonneg)
+             simplify=_simp_mul, remat=True, whole="if_operands", bounds=_bounds_mul, nonneg=_all_nonneg,
+             loop_remat="scalar")
 
 
 def _np_mulz(x, y):
@@ -451,7 +452,7 @@ div = binary("div", lambda x, y: np.divide(x, y) if x.dtype.kind == "f" else _tr
              lambda b, x, y, z: (b.div(_one(b, x), y), b.neg(b.div(z, y))), "x / y", transpose=_t_div,
              simplify=_simp_div, singular=True, emit=_div_emit, remat=True)  # singular at y = 0
 neg = unary("neg", np.negative, "(-{0})", lambda b, x, y: b.lit(-1, x.type.scalar()), "-x", numeric=True,
-            simplify=_simp_neg, transpose=_t_neg, remat=True, whole="if_operands")
+            simplify=_simp_neg, transpose=_t_neg, remat=True, whole="if_operands", loop_remat="scalar")
 
 
 def _trunc_div(x, y):
@@ -634,13 +635,14 @@ def _emit_floordiv(ctx, eqn):
 
 
 maximum = binary("max", np.maximum, "ks::max({0}, {1})", _max_partials, "larger of x and y", whole="if_operands",
-                 nonneg=lambda eqn, nonneg_of: any(nonneg_of(a) for a in eqn.ins), int_value=_int_value_max)
+                 nonneg=lambda eqn, nonneg_of: any(nonneg_of(a) for a in eqn.ins), int_value=_int_value_max,
+                 loop_remat="scalar")
 minimum = binary("min", np.minimum, "ks::min({0}, {1})", _min_partials, "smaller of x and y",
-                 whole="if_operands", nonneg=_all_nonneg)
+                 whole="if_operands", nonneg=_all_nonneg, loop_remat="scalar")
 # Python floor semantics: x // y = floor(x / y); x % y = x - floor(x / y) * y (x // 0 = x % 0 = 0 for integers)
 floordiv = binary("floordiv", lambda x, y: np.floor_divide(x, y), "ks::floordiv({0}, {1})", None,
                   "floor(x / y)", bounds=_bounds_floordiv, simplify=_simp_floordiv, nonneg=_all_nonneg,
-                  emit=_emit_floordiv)
+                  emit=_emit_floordiv, loop_remat="scalar")
 mod = binary("mod", np.mod, "ks::mod({0}, {1})",
              lambda b, x, y, z: (1, b.neg(b.floordiv(x, y))), "x - floor(x / y) * y", singular=True,  # y = 0
              nonneg=lambda eqn, nonneg_of: nonneg_of(eqn.ins[1]))
@@ -822,6 +824,7 @@ convert = Prim(
     name="convert",
     strings=True,
     whole="if_operands",
+    loop_remat="scalar",
     bounds=lambda eqn, range_of: range_of(eqn.ins[0]),  # (an integer converted to another keeps its range)
     type_rule=_convert_rule,
     eval=lambda x, dtype, env=None: (_convert_np(x, dtype),),

@@ -67,6 +67,7 @@ reshape = Prim(
     name="reshape",
     strings=True,
     view=True,
+    loop_remat="any",
     type_rule=_reshape_rule,
     eval=lambda x, shape, env: (np.reshape(x, concrete_shape(Type("f32", shape), env)),),
     # linear: d reshape(x) = reshape(dx); x̄ = reshape(ȳ, shape of x)

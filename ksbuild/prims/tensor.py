@@ -77,6 +77,7 @@ index = Prim(
     strings=True,
     takes=(),
     view=True,
+    loop_remat="any",
     type_rule=_index_rule,
     eval=_index_eval,
     # linear in x: d x[i] = dx[i]; x̄ = zeros with ȳ added at i
@@ -270,6 +271,7 @@ slice_ = Prim(
     name="slice",
     strings=True,
     view=True,
+    loop_remat="any",
     type_rule=_slice_rule,
     eval=_slice_eval,
     jvp=lambda b, p, t, axis, start, stop: (
@@ -658,6 +660,7 @@ iota = Prim(
 
 dim_size = Prim(
     name="dim_size",
+    loop_remat="any",
     bounds=lambda eqn, range_of: (eqn.params["dim"], dim_add(eqn.params["dim"], 1)),  # [n, n + 1)
     type_rule=lambda in_types, dim: (Type("i64"),),
     eval=lambda dim, env: (np.int64(dim_value(dim, env)),),
