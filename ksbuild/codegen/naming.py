@@ -4,7 +4,9 @@
 
 Two levels at most: an operand lends its name when the source names it (or it is a view of, or a parameter bound
 to, a named value); a value made from a value named here gets `<form>_<its name>` (exp_x_sub_means) when no operand
-has a source name, and lends that name no further, so names never grow into chains (select_select_...).
+has a source name, and lends that name no further, so names never grow into chains (select_select_...). A body's
+parameter bound to a value named here (a fusion's element of scores_max) takes that name on the same terms. A choice
+between a value and a literal, select(p, x, 0), is `<x>_if_<p>` (exp_q_if_i_eq_j), or `<x>_unless_<p>`.
 """
 from __future__ import annotations
 
@@ -48,8 +50,12 @@ def _walk(f: Func, base: dict[Var, str], names: dict[Var, str], compound: set) -
         bodies = sub_funcs(e)
         for body in bodies:  # (a body's params are its equation's last operands: a loop's counter is its count's)
             for p, a in zip(reversed(body.params), reversed(e.ins)):
-                if not p.hint and _name(a, base) and p.type == a.type:
+                if not p.hint and _name(a, base) and p.type.dtype == a.type.dtype:
                     base[p] = _name(a, base)
+                elif not p.hint and isinstance(a, Var) and a in names and p.type.dtype == a.type.dtype:
+                    names[p] = names[a]  # (bound to a value named here: scores_max in a fusion's body)
+                    if a in compound:
+                        compound.add(p)
             _walk(body, base, names, compound)
         results = next((b.results for b in bodies if len(b.results) == len(e.outs)), [None] * len(e.outs))
         for v, name, r in zip(e.outs, _names_of(e, bodies, base, names, compound), results):
@@ -83,6 +89,9 @@ def _names_of(e: Eqn, bodies: list[Func], base: dict[Var, str], names: dict[Var,
         if not first and isinstance(e.ins[0], Var) and e.ins[0] in compound:
             compound.add(e.outs[0])
         return [f"{of}_{e.prim.reduction}" if of else ""]
+    picked = _picked(e, base, names, compound)
+    if picked:
+        return [picked]
     from ..prims.base import form_name
     form = form_name(e.prim, e.params)
     dtype = e.outs[0].type.dtype  # (index_add(acc, r, v) is not named after its index r; i == j is i_eq_j)
@@ -99,3 +108,23 @@ def _names_of(e: Eqn, bodies: list[Func], base: dict[Var, str], names: dict[Var,
         compound.add(e.outs[0])
         return [f"{form}_{made[0]}"]
     return [""]
+
+
+def _picked(e: Eqn, base: dict[Var, str], names: dict[Var, str], compound: set) -> str:
+    """A choice between a value and a literal (a prim whose record says its branches are `lazy`: select(p, x, 0))
+    is `<x>_if_<p>` (`<x>_unless_<p>` when the literal is picked where p holds): exp_q_if_i_eq_j, the diagonal of a
+    triangular factor, rather than select_exp_q beside the select(i == j, exp_q, below) of the whole factor."""
+    if len(e.prim.lazy) != 2 or len(e.ins) != 3 or not isinstance(e.ins[0], Var):
+        return ""
+    x, y = (e.ins[k] for k in e.prim.lazy)
+    if isinstance(x, Var) == isinstance(y, Var):
+        return ""
+    value, word = (x, "if") if isinstance(x, Var) else (y, "unless")
+    cond = _name(e.ins[0], base) or names.get(e.ins[0], "")
+    of = _name(value, base) or names.get(value, "")
+    name = f"{of}_{word}_{cond}"
+    if not (cond and of) or len(name) > LONGEST or not name.isidentifier():
+        return ""
+    if not _name(value, base) or e.ins[0] in compound:
+        compound.add(e.outs[0])
+    return name

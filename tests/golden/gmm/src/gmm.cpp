@@ -83,9 +83,9 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
                 // gmm.py:16: torch.stack([
                 for (int64_t j = 0; j < d; ++j) {
                     const int64_t icf_k_at = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                    const double select_icf_k = ((i > j) ? icf[k * T + ks::clamp_index_nonneg(icf_k_at, T)] : 0.0);
-                    const double t1 = ((i == j) ? exp_q : select_icf_k);
-                    Qs[k * (d * d) + i * d + j] = t1;
+                    const double icf_k_if_i_gt_j = ((i > j) ? icf[k * T + ks::clamp_index_nonneg(icf_k_at, T)] : 0.0);
+                    const double select_exp_q = ((i == j) ? exp_q : icf_k_if_i_gt_j);
+                    Qs[k * (d * d) + i * d + j] = select_exp_q;
                 }
             }
         }
@@ -163,8 +163,8 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
     for (int64_t i = 0; i < n; ++i) {
         const double scores_max_i = scores_max[i];
         const bool t1 = (ks::abs(scores_max_i) == __builtin_huge_val());
-        const double t2 = (t1 ? 0.0 : scores_max_i);
-        scores_max[i] = t2;
+        const double select_scores_max_i = (t1 ? 0.0 : scores_max_i);
+        scores_max[i] = select_scores_max_i;
     }
     // gmm.py:53 (continued)
     for (int64_t i = 0; i < n; ++i) {
@@ -276,8 +276,8 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
                 unsigned char* const ks_ws = ks::step_base(workspace);
                 double* const Qs = reinterpret_cast<double*>(ks_ws);
                 uint8_t* const i_eq_j = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<double>(K * d * d));
-                double* const r = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
-                uint8_t* const select_i_eq_j = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d));
+                double* const exp_q_if_i_eq_j = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
+                uint8_t* const i_gt_j_unless_i_eq_j = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d));
                 for (int64_t i = 0; i < d; ++i) {
                     const double exp_q = ks::exp(icf[k * T + i]);
                     // gmm.py:16: torch.stack([
@@ -285,14 +285,14 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
                         const bool i_eq_j1 = (i == j);
                         const bool i_gt_j = (i > j);
                         const int64_t icf_k_at = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                        const double select_icf_k = (i_gt_j ? icf[k * T + ks::clamp_index_nonneg(icf_k_at, T)] : 0.0);
-                        const double t1 = (i_eq_j1 ? exp_q : select_icf_k);
-                        const double t2 = (i_eq_j1 ? exp_q : 0.0);
-                        const bool select_i_eq_j1 = (i_eq_j1 ? false : i_gt_j);
-                        Qs[k * (d * d) + i * d + j] = t1;
+                        const double icf_k_if_i_gt_j = (i_gt_j ? icf[k * T + ks::clamp_index_nonneg(icf_k_at, T)] : 0.0);
+                        const double select_exp_q = (i_eq_j1 ? exp_q : icf_k_if_i_gt_j);
+                        const double exp_q_if_i_eq_j1 = (i_eq_j1 ? exp_q : 0.0);
+                        const bool i_gt_j_unless_i_eq_j1 = (i_eq_j1 ? false : i_gt_j);
+                        Qs[k * (d * d) + i * d + j] = select_exp_q;
                         i_eq_j[k * (d * d) + i * d + j] = i_eq_j1;
-                        r[k * (d * d) + i * d + j] = t2;
-                        select_i_eq_j[k * (d * d) + i * d + j] = select_i_eq_j1;
+                        exp_q_if_i_eq_j[k * (d * d) + i * d + j] = exp_q_if_i_eq_j1;
+                        i_gt_j_unless_i_eq_j[k * (d * d) + i * d + j] = i_gt_j_unless_i_eq_j1;
                     }
                 }
             }(d, T, icf);
@@ -405,8 +405,8 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         for (int64_t i = 0; i < n; ++i) {
             const double scores_max_i = scores_max[i];
             const bool t1 = (ks::abs(scores_max_i) == __builtin_huge_val());
-            const double t2 = (t1 ? 0.0 : scores_max_i);
-            scores_max[i] = t2;
+            const double select_scores_max_i = (t1 ? 0.0 : scores_max_i);
+            scores_max[i] = select_scores_max_i;
         }
     }(n);
     // gmm.py:53 (continued)
@@ -601,8 +601,8 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
     [=](auto K, auto d, auto T, auto out_d_icf) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         uint8_t* const i_eq_j = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<double>(K * d * d));
-        double* const r = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
-        uint8_t* const select_i_eq_j = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d));
+        double* const exp_q_if_i_eq_j = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
+        uint8_t* const i_gt_j_unless_i_eq_j = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d));
         double* const d_Qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n));
         double* const d_qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d));
         double* const index_add_d_q = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * d));
@@ -624,13 +624,13 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             for (int64_t i = d - 1; i >= 0; --i) {
                 // gmm.py:16: torch.stack([
                 for (int64_t j = d - 1; j >= 0; --j) {
-                    const double t3 = ks::mulz(d_Qs[k * (d * d) + i * d + j], r[k * (d * d) + i * d + j]);
+                    const double mulz_d_Qs = ks::mulz(d_Qs[k * (d * d) + i * d + j], exp_q_if_i_eq_j[k * (d * d) + i * d + j]);
                     const int64_t d_icf_k_at = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                    const double t4 = (select_i_eq_j[k * (d * d) + i * d + j] ? d_Qs[k * (d * d) + i * d + j] : 0.0);
-                    const double t5 = (i_eq_j[k * (d * d) + i * d + j] ? t3 : 0.0);
-                    const double t6 = (i_eq_j[k * (d * d) + i * d + j] ? 0.0 : t4);
-                    index_add_d_q[i] += t5;
-                    index_add_d_icf_k[ks::clamp_index_nonneg(d_icf_k_at, T)] += t6;
+                    const double select_d_Qs = (i_gt_j_unless_i_eq_j[k * (d * d) + i * d + j] ? d_Qs[k * (d * d) + i * d + j] : 0.0);
+                    const double mulz_d_Qs_if_i_eq_j = (i_eq_j[k * (d * d) + i * d + j] ? mulz_d_Qs : 0.0);
+                    const double t3 = (i_eq_j[k * (d * d) + i * d + j] ? 0.0 : select_d_Qs);
+                    index_add_d_q[i] += mulz_d_Qs_if_i_eq_j;
+                    index_add_d_icf_k[ks::clamp_index_nonneg(d_icf_k_at, T)] += t3;
                 }
             }
             // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
@@ -768,9 +768,9 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
                 // gmm.py:16: torch.stack([
                 for (int64_t j = 0; j < d; ++j) {
                     const int64_t icf_k_at = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                    const float select_icf_k = ((i > j) ? icf[k * T + ks::clamp_index_nonneg(icf_k_at, T)] : 0.0f);
-                    const float t1 = ((i == j) ? exp_q : select_icf_k);
-                    Qs[k * (d * d) + i * d + j] = t1;
+                    const float icf_k_if_i_gt_j = ((i > j) ? icf[k * T + ks::clamp_index_nonneg(icf_k_at, T)] : 0.0f);
+                    const float select_exp_q = ((i == j) ? exp_q : icf_k_if_i_gt_j);
+                    Qs[k * (d * d) + i * d + j] = select_exp_q;
                 }
             }
         }
@@ -858,8 +858,8 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
     for (int64_t i = 0; i < n; ++i) {
         const float scores_max_i = scores_max[i];
         const bool t1 = (ks::abs(scores_max_i) == __builtin_huge_valf());
-        const float t2 = (t1 ? 0.0f : scores_max_i);
-        scores_max[i] = t2;
+        const float select_scores_max_i = (t1 ? 0.0f : scores_max_i);
+        scores_max[i] = select_scores_max_i;
     }
     // gmm.py:53 (continued)
     for (int64_t i = 0; i < n; ++i) {
@@ -987,8 +987,8 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
                 unsigned char* const ks_ws = ks::step_base(workspace);
                 float* const Qs = reinterpret_cast<float*>(ks_ws);
                 uint8_t* const i_eq_j = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<float>(K * d * d));
-                float* const r = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
-                uint8_t* const select_i_eq_j = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d));
+                float* const exp_q_if_i_eq_j = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
+                uint8_t* const i_gt_j_unless_i_eq_j = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d));
                 for (int64_t i = 0; i < d; ++i) {
                     const float exp_q = ks::exp(icf[k * T + i]);
                     // gmm.py:16: torch.stack([
@@ -996,14 +996,14 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
                         const bool i_eq_j1 = (i == j);
                         const bool i_gt_j = (i > j);
                         const int64_t icf_k_at = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                        const float select_icf_k = (i_gt_j ? icf[k * T + ks::clamp_index_nonneg(icf_k_at, T)] : 0.0f);
-                        const float t1 = (i_eq_j1 ? exp_q : select_icf_k);
-                        const float t2 = (i_eq_j1 ? exp_q : 0.0f);
-                        const bool select_i_eq_j1 = (i_eq_j1 ? false : i_gt_j);
-                        Qs[k * (d * d) + i * d + j] = t1;
+                        const float icf_k_if_i_gt_j = (i_gt_j ? icf[k * T + ks::clamp_index_nonneg(icf_k_at, T)] : 0.0f);
+                        const float select_exp_q = (i_eq_j1 ? exp_q : icf_k_if_i_gt_j);
+                        const float exp_q_if_i_eq_j1 = (i_eq_j1 ? exp_q : 0.0f);
+                        const bool i_gt_j_unless_i_eq_j1 = (i_eq_j1 ? false : i_gt_j);
+                        Qs[k * (d * d) + i * d + j] = select_exp_q;
                         i_eq_j[k * (d * d) + i * d + j] = i_eq_j1;
-                        r[k * (d * d) + i * d + j] = t2;
-                        select_i_eq_j[k * (d * d) + i * d + j] = select_i_eq_j1;
+                        exp_q_if_i_eq_j[k * (d * d) + i * d + j] = exp_q_if_i_eq_j1;
+                        i_gt_j_unless_i_eq_j[k * (d * d) + i * d + j] = i_gt_j_unless_i_eq_j1;
                     }
                 }
             }(d, T, icf);
@@ -1126,8 +1126,8 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
         for (int64_t i = 0; i < n; ++i) {
             const float scores_max_i = scores_max[i];
             const bool t1 = (ks::abs(scores_max_i) == __builtin_huge_valf());
-            const float t2 = (t1 ? 0.0f : scores_max_i);
-            scores_max[i] = t2;
+            const float select_scores_max_i = (t1 ? 0.0f : scores_max_i);
+            scores_max[i] = select_scores_max_i;
         }
     }(n);
     // gmm.py:53 (continued)
@@ -1332,8 +1332,8 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
     [=](auto K, auto d, auto T, auto out_d_icf) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         uint8_t* const i_eq_j = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<float>(K * d * d));
-        float* const r = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
-        uint8_t* const select_i_eq_j = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d));
+        float* const exp_q_if_i_eq_j = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d));
+        uint8_t* const i_gt_j_unless_i_eq_j = reinterpret_cast<uint8_t*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d));
         float* const d_Qs = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n));
         float* const d_qs = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d));
         float* const index_add_d_q = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d) + ks::aligned_bytes<float>(K * d));
@@ -1355,13 +1355,13 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
             for (int64_t i = d - 1; i >= 0; --i) {
                 // gmm.py:16: torch.stack([
                 for (int64_t j = d - 1; j >= 0; --j) {
-                    const float t3 = ks::mulz(d_Qs[k * (d * d) + i * d + j], r[k * (d * d) + i * d + j]);
+                    const float mulz_d_Qs = ks::mulz(d_Qs[k * (d * d) + i * d + j], exp_q_if_i_eq_j[k * (d * d) + i * d + j]);
                     const int64_t d_icf_k_at = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                    const float t4 = (select_i_eq_j[k * (d * d) + i * d + j] ? d_Qs[k * (d * d) + i * d + j] : 0.0f);
-                    const float t5 = (i_eq_j[k * (d * d) + i * d + j] ? t3 : 0.0f);
-                    const float t6 = (i_eq_j[k * (d * d) + i * d + j] ? 0.0f : t4);
-                    index_add_d_q[i] += t5;
-                    index_add_d_icf_k[ks::clamp_index_nonneg(d_icf_k_at, T)] += t6;
+                    const float select_d_Qs = (i_gt_j_unless_i_eq_j[k * (d * d) + i * d + j] ? d_Qs[k * (d * d) + i * d + j] : 0.0f);
+                    const float mulz_d_Qs_if_i_eq_j = (i_eq_j[k * (d * d) + i * d + j] ? mulz_d_Qs : 0.0f);
+                    const float t3 = (i_eq_j[k * (d * d) + i * d + j] ? 0.0f : select_d_Qs);
+                    index_add_d_q[i] += mulz_d_Qs_if_i_eq_j;
+                    index_add_d_icf_k[ks::clamp_index_nonneg(d_icf_k_at, T)] += t3;
                 }
             }
             // gmm.py:47: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
@@ -1491,9 +1491,9 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
                 // gmm.py:16: torch.stack([
                 for (int64_t j = 0; j < d; ++j) {
                     const int64_t icf_k_at = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                    const double select_icf_k = ((i > j) ? icf[k * T + ks::clamp_index_nonneg(icf_k_at, T)] : 0.0);
-                    const double t1 = ((i == j) ? exp_q : select_icf_k);
-                    Qs[k * (d * d) + i * d + j] = t1;
+                    const double icf_k_if_i_gt_j = ((i > j) ? icf[k * T + ks::clamp_index_nonneg(icf_k_at, T)] : 0.0);
+                    const double select_exp_q = ((i == j) ? exp_q : icf_k_if_i_gt_j);
+                    Qs[k * (d * d) + i * d + j] = select_exp_q;
                 }
             }
         }
@@ -1555,15 +1555,15 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             }
         }
         // gmm.py:67 (continued)
-        double* const tmp = qs_sum;  // reuses a dead buffer's space
+        double* const ipow_contract_Qs_sum = qs_sum;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
-            double acc_i = 0;
-            KS_OMP_SIMD(reduction(+:acc_i))
+            double ipow_contract_Qs_sum_i = 0;
+            KS_OMP_SIMD(reduction(+:ipow_contract_Qs_sum_i))
             for (int64_t k = 0; k < d; ++k) {
                 const double contract_Qs_i = contract_Qs[j * d + k];
-                acc_i += ks::ipow<2>(contract_Qs_i);
+                ipow_contract_Qs_sum_i += ks::ipow<2>(contract_Qs_i);
             }
-            tmp[j] = acc_i;
+            ipow_contract_Qs_sum[j] = ipow_contract_Qs_sum_i;
         }
         // gmm.py:67 (continued)
         double sub_base_max = ks::lowest<double>();
@@ -1571,9 +1571,9 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         if (K >= 32) {
             KS_OMP_SIMD_EXTREMA(reduction(max:sub_base_max) reduction(|:has_nan))
             for (int64_t j = 0; j < K; ++j) {
-                const double tmp_i = tmp[j];
+                const double ipow_contract_Qs_sum_i = ipow_contract_Qs_sum[j];
                 const double base_i = base[j];
-                const double sub_base_i = (base_i - (0.5 * tmp_i));
+                const double sub_base_i = (base_i - (0.5 * ipow_contract_Qs_sum_i));
                 sub_base[j] = sub_base_i;
                 sub_base_max = sub_base_i > sub_base_max ? sub_base_i : sub_base_max;
                 has_nan |= sub_base_i != sub_base_i;
@@ -1581,9 +1581,9 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             sub_base_max = has_nan ? static_cast<double>(__builtin_nan("")) : sub_base_max;
         } else {
             for (int64_t j = 0; j < K; ++j) {
-                const double tmp_i = tmp[j];
+                const double ipow_contract_Qs_sum_i = ipow_contract_Qs_sum[j];
                 const double base_i = base[j];
-                const double sub_base_i = (base_i - (0.5 * tmp_i));
+                const double sub_base_i = (base_i - (0.5 * ipow_contract_Qs_sum_i));
                 sub_base[j] = sub_base_i;
                 sub_base_max = ks::running_max(sub_base_max, sub_base_i);
             }
@@ -1688,9 +1688,9 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     next_slot += ks::aligned_bytes<double>(K * d * d);
     uint8_t* const i_eq_j = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
-    double* const r = reinterpret_cast<double*>(next_slot);
+    double* const exp_q_if_i_eq_j = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
-    uint8_t* const select_i_eq_j = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const i_gt_j_unless_i_eq_j = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(K * d * d);
     double* const qs_sum = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
@@ -1700,13 +1700,13 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const contract_Qs = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const r1 = reinterpret_cast<double*>(next_slot);
+    double* const r = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const r2 = reinterpret_cast<double*>(next_slot);
+    double* const r1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
     double* const sub_base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r4 = reinterpret_cast<double*>(next_slot);
+    double* const contract_x_sub_means = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d * d);
     double* const tmp2 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
@@ -1723,7 +1723,7 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     double* const pad_index_add_d_qs = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
-    double* const r3 = qs_sum;  // reuses a dead buffer's space
+    double* const r2 = qs_sum;  // reuses a dead buffer's space
     double* const d_qs = tmp2;  // reuses a dead buffer's space
     // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
     for (int64_t k = 0; k < K; ++k) {
@@ -1735,14 +1735,14 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
                 const bool i_eq_j1 = (i == j);
                 const bool i_gt_j = (i > j);
                 const int64_t icf_k_at = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                const double select_icf_k = (i_gt_j ? icf[k * T + ks::clamp_index_nonneg(icf_k_at, T)] : 0.0);
-                const double t1 = (i_eq_j1 ? exp_q : select_icf_k);
-                const double t2 = (i_eq_j1 ? exp_q : 0.0);
-                const bool select_i_eq_j1 = (i_eq_j1 ? false : i_gt_j);
-                Qs[k * (d * d) + i * d + j] = t1;
+                const double icf_k_if_i_gt_j = (i_gt_j ? icf[k * T + ks::clamp_index_nonneg(icf_k_at, T)] : 0.0);
+                const double select_exp_q = (i_eq_j1 ? exp_q : icf_k_if_i_gt_j);
+                const double exp_q_if_i_eq_j1 = (i_eq_j1 ? exp_q : 0.0);
+                const bool i_gt_j_unless_i_eq_j1 = (i_eq_j1 ? false : i_gt_j);
+                Qs[k * (d * d) + i * d + j] = select_exp_q;
                 i_eq_j[k * (d * d) + i * d + j] = i_eq_j1;
-                r[k * (d * d) + i * d + j] = t2;
-                select_i_eq_j[k * (d * d) + i * d + j] = select_i_eq_j1;
+                exp_q_if_i_eq_j[k * (d * d) + i * d + j] = exp_q_if_i_eq_j1;
+                i_gt_j_unless_i_eq_j[k * (d * d) + i * d + j] = i_gt_j_unless_i_eq_j1;
             }
         }
     }
@@ -1801,15 +1801,15 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
             }
         }
         // gmm.py:67 (continued)
-        double* const tmp = qs_sum;  // reuses a dead buffer's space
+        double* const ipow_contract_Qs_sum = qs_sum;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
-            double acc_i = 0;
-            KS_OMP_SIMD(reduction(+:acc_i))
+            double ipow_contract_Qs_sum_i = 0;
+            KS_OMP_SIMD(reduction(+:ipow_contract_Qs_sum_i))
             for (int64_t k = 0; k < d; ++k) {
                 const double contract_Qs_i = contract_Qs[i * (K * d) + j * d + k];
-                acc_i += ks::ipow<2>(contract_Qs_i);
+                ipow_contract_Qs_sum_i += ks::ipow<2>(contract_Qs_i);
             }
-            tmp[j] = acc_i;
+            ipow_contract_Qs_sum[j] = ipow_contract_Qs_sum_i;
         }
         // gmm.py:67 (continued)
         double sub_base_max = ks::lowest<double>();
@@ -1817,9 +1817,9 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         if (K >= 32) {
             KS_OMP_SIMD_EXTREMA(reduction(max:sub_base_max) reduction(|:has_nan))
             for (int64_t j = 0; j < K; ++j) {
-                const double tmp_i = tmp[j];
+                const double ipow_contract_Qs_sum_i = ipow_contract_Qs_sum[j];
                 const double base_i = base[j];
-                const double sub_base_i = (base_i - (0.5 * tmp_i));
+                const double sub_base_i = (base_i - (0.5 * ipow_contract_Qs_sum_i));
                 sub_base[j] = sub_base_i;
                 sub_base_max = sub_base_i > sub_base_max ? sub_base_i : sub_base_max;
                 has_nan |= sub_base_i != sub_base_i;
@@ -1827,9 +1827,9 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
             sub_base_max = has_nan ? static_cast<double>(__builtin_nan("")) : sub_base_max;
         } else {
             for (int64_t j = 0; j < K; ++j) {
-                const double tmp_i = tmp[j];
+                const double ipow_contract_Qs_sum_i = ipow_contract_Qs_sum[j];
                 const double base_i = base[j];
-                const double sub_base_i = (base_i - (0.5 * tmp_i));
+                const double sub_base_i = (base_i - (0.5 * ipow_contract_Qs_sum_i));
                 sub_base[j] = sub_base_i;
                 sub_base_max = ks::running_max(sub_base_max, sub_base_i);
             }
@@ -1841,10 +1841,10 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         for (int64_t j = 0; j < K; ++j) {
             const double sub_base_i = sub_base[j];
             const double t1 = ks::exp((sub_base_i - select_sub_base_max));
-            r1[i * K + j] = t1;
+            r[i * K + j] = t1;
             acc += t1;
         }
-        r2[i] = acc;
+        r1[i] = acc;
     }
     // gmm.py:70: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double alphas_max = ks::lowest<double>();
@@ -1879,11 +1879,11 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     // gmm.py:66: slse = sum(
     double d_sum;
     for (int64_t i = 0; i < K; ++i) {
-        r3[i] = 0.0;
+        r2[i] = 0.0;
     }
     // gmm.py:66 (continued)
     for (int64_t i = 0; i < K * d * d; ++i) {
-        r4[i] = 0.0;
+        contract_x_sub_means[i] = 0.0;
     }
     // gmm.py:66 (continued)
     for (int64_t i = 0; i < K * d; ++i) {
@@ -1892,14 +1892,14 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     d_sum = 1.0;
     // gmm.py:66 (continued)
     for (int64_t i = n - 1; i >= 0; --i) {
-        const double t3 = (1.0 / r2[i]);
+        const double t3 = (1.0 / r1[i]);
         const double mulz_d_sum = ks::mulz(d_sum, t3);
         // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
         double* const tmp = base;  // reuses a dead buffer's space
         double* const tmp1 = sub_base;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = r1[i * K + j];
-            const double t4 = ks::mulz(mulz_d_sum, x_i);
+            const double r_i = r[i * K + j];
+            const double t4 = ks::mulz(mulz_d_sum, r_i);
             tmp[j] = t4;
             const double t5 = ((t4 * (-1.0)) * 0.5);
             tmp1[j] = t5;
@@ -1929,16 +1929,16 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
                 for (int64_t l = 0; l < d; ++l) {
-                    r4[j * (d * d) + k * d + l] += tmp2[j * d + k] * x_sub_means[i * (K * d) + j * d + l];
+                    contract_x_sub_means[j * (d * d) + k * d + l] += tmp2[j * d + k] * x_sub_means[i * (K * d) + j * d + l];
                 }
             }
         }
         // gmm.py:67 (continued)
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = r3[j];
+            const double x_i = r2[j];
             const double tmp_i = tmp[j];
             const double t4 = (x_i + tmp_i);
-            r3[j] = t4;
+            r2[j] = t4;
         }
         // gmm.py:67 (continued)
         for (int64_t j = 0; j < (K*d); ++j) {
@@ -1954,7 +1954,7 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
             const double qs_i = icf[i * T + j];
             const double exp_qs_i = ks::exp(qs_i);
             const double d_qs_i = (mul_wishart_m + ks::mulz((t1 * (2.0 * exp_qs_i)), exp_qs_i));
-            const double x_i = r3[i];
+            const double x_i = r2[i];
             const double d_qs_i1 = (d_qs_i + x_i);
             d_qs[i * d + j] = d_qs_i1;
         }
@@ -1977,9 +1977,9 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         for (int64_t i = d - 1; i >= 0; --i) {
             // gmm.py:16: torch.stack([
             for (int64_t j = d - 1; j >= 0; --j) {
-                const double t3 = ks::mulz(r4[k * (d * d) + i * d + j], r[k * (d * d) + i * d + j]);
+                const double t3 = ks::mulz(contract_x_sub_means[k * (d * d) + i * d + j], exp_q_if_i_eq_j[k * (d * d) + i * d + j]);
                 const int64_t d_icf_k_at = ((((d + ks::floordiv_nonneg((j * (((2*d) - j) - int64_t{1})), int64_t{2})) + i) - j) - int64_t{1});
-                const double t4 = (select_i_eq_j[k * (d * d) + i * d + j] ? r4[k * (d * d) + i * d + j] : 0.0);
+                const double t4 = (i_gt_j_unless_i_eq_j[k * (d * d) + i * d + j] ? contract_x_sub_means[k * (d * d) + i * d + j] : 0.0);
                 const double t5 = (i_eq_j[k * (d * d) + i * d + j] ? t3 : 0.0);
                 const double t6 = (i_eq_j[k * (d * d) + i * d + j] ? 0.0 : t4);
                 index_add_d_q[i] += t5;
@@ -2031,7 +2031,7 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     for (int64_t i = 0; i < K; ++i) {
         const double out_d_alphas_i = out_d_alphas[i];
         const double d_alphas_i = ks::mulz(t2, out_d_alphas_i);
-        const double x_i = r3[i];
+        const double x_i = r2[i];
         const double d_alphas_i1 = (d_alphas_i + x_i);
         out_d_alphas[i] = d_alphas_i1;
     }
@@ -2396,8 +2396,8 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
         }
         // gmm.py:84: scores = torch.stack([
         for (int64_t k = K - 1; k >= 0; --k) {
-            const double t4 = (d_scores[k] * (-1.0));
-            const double d_sum = (t4 * 0.5);
+            const double mul_d_scores = (d_scores[k] * (-1.0));
+            const double d_sum = (mul_d_scores * 0.5);
             // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
             double d_sum1;
             for (int64_t j = 0; j < T; ++j) {
@@ -2412,8 +2412,8 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
             for (int64_t r = d - 1; r >= 0; --r) {
                 const double x_sub_means = (x[i * d + r] - means[k * d + r]);
                 const int64_t max_r = ks::max(r, int64_t{0});
-                const double t5 = (2.0 * add_sum[i * (K * d) + k * d + r]);
-                const double d_sum2 = (d_sum1 * t5);
+                const double mul_add_sum = (2.0 * add_sum[i * (K * d) + k * d + r]);
+                const double d_sum2 = (d_sum1 * mul_add_sum);
                 // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
                 double d_sum3;
                 d_sum3 = d_sum2;
@@ -2428,8 +2428,8 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                     r1[ks::clamp_index_nonneg(icf_at, T)] += mul_d_sum;
                 }
                 const double mul_d_sum = (d_sum2 * exp_icf[k * d + r]);
-                const double t6 = (mul_d_sum * (-1.0));
-                r2[r] += t6;
+                const double t4 = (mul_d_sum * (-1.0));
+                r2[r] += t4;
                 const double mulz_mul_d_sum = ks::mulz((d_sum2 * x_sub_means), exp_icf[k * d + r]);
                 r1[r] += mulz_mul_d_sum;
             }
@@ -2442,17 +2442,17 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                 out_d_icf[k * T + j] += r1[j];
             }
             // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
-            double* const padded = r1;  // reuses a dead buffer's space
+            double* const pad_d_scores = r1;  // reuses a dead buffer's space
             for (int64_t j = 0; j < (T - d); ++j) {
-                padded[d + j] = 0.0;
+                pad_d_scores[d + j] = 0.0;
             }
             // gmm.py:85 (continued)
             for (int64_t j = 0; j < d; ++j) {
-                padded[j] = d_scores[k];
+                pad_d_scores[j] = d_scores[k];
             }
             // gmm.py:85 (continued)
             for (int64_t j = 0; j < T; ++j) {
-                out_d_icf[k * T + j] += padded[j];
+                out_d_icf[k * T + j] += pad_d_scores[j];
             }
             out_d_alphas[k] += d_scores[k];
         }

@@ -93,9 +93,9 @@ int activations_vrelu3_vjp(int64_t n, const float* x, const float* ct, float* ou
         const bool lt_x_i = (x_i < 0.0f);
         const bool lt_x_i1 = (x_i < 1.0f);
         const float ct_i = ct[i];
-        const float select_ct_i = (lt_x_i ? 0.0f : ct_i);
-        const float t1 = (((lt_x_i1 ? select_ct_i : 0.0f) * 0.3333333432674408f) * (3.0f * ks::ipow<2>(x_i)));
-        const float t2 = ((lt_x_i1 ? 0.0f : select_ct_i) + (lt_x_i1 ? t1 : 0.0f));
+        const float ct_unless_lt_x_i = (lt_x_i ? 0.0f : ct_i);
+        const float t1 = (((lt_x_i1 ? ct_unless_lt_x_i : 0.0f) * 0.3333333432674408f) * (3.0f * ks::ipow<2>(x_i)));
+        const float t2 = ((lt_x_i1 ? 0.0f : ct_unless_lt_x_i) + (lt_x_i1 ? t1 : 0.0f));
         const float d_x_i = (lt_x_i ? 0.0f : t2);
         out[i] = d_x_i;
     }

@@ -200,8 +200,8 @@ int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, void* workspac
     // sqrl.py:15: return torch.mean(torch.sin(t) * t)
     for (int64_t i = 0; i < n1; ++i) {
         const float out_i = out[i];
-        const float t1 = (out_i / convert_n);
-        out[i] = t1;
+        const float div_convert_n_i = (out_i / convert_n);
+        out[i] = div_convert_n_i;
     }
     return ks::status::ok;
 }
@@ -317,9 +317,9 @@ int sqrl_relu3_tensor_vjp(int64_t n, const float* x, const float* ct, float* out
         const bool lt_x_i = (x_i < 1.0f);
         const bool lt_x_i1 = (x_i < 0.0f);
         const float ct_i = ct[i];
-        const float select_ct_i = (lt_x_i1 ? 0.0f : ct_i);
-        const float d_x_i = (lt_x_i ? 0.0f : select_ct_i);
-        const float t1 = (((lt_x_i ? select_ct_i : 0.0f) * 0.3333333432674408f) * (3.0f * ks::ipow<2>(x_i)));
+        const float ct_unless_lt_x_i = (lt_x_i1 ? 0.0f : ct_i);
+        const float d_x_i = (lt_x_i ? 0.0f : ct_unless_lt_x_i);
+        const float t1 = (((lt_x_i ? ct_unless_lt_x_i : 0.0f) * 0.3333333432674408f) * (3.0f * ks::ipow<2>(x_i)));
         const float d_x_i1 = (d_x_i + t1);
         out[i] = d_x_i1;
     }
