@@ -291,6 +291,19 @@ _THEN_LANE = _fn("then", (F, F), lambda b, x, y: [b.mul(b.sin(x), y)])  # (lane_
 _ELSE_LANE = _fn("else", (F, F), lambda b, x, y: [b.sub(b.mul(x, x), y)])
 
 
+# custom_jvp's rule and custom_vjp's fwd and bwd for x · exp(y) (the user's derivatives, written out): rule(x, y, dx,
+# dy) -> (z, e·dx + z·dy); fwd(x, y) -> (z, residuals e = exp(y), z); bwd(e, z, ct) -> (ct·e, ct·z)
+_RULE = _fn("rule", (V, V, V, V), lambda b, x, y, dx, dy: [
+    z := b.mul(x, b.exp(y)), b.add(b.mul(b.exp(y), dx), b.mul(z, dy))])
+_FWD = _fn("fwd", (V, V), lambda b, x, y: [b.mul(x, e := b.exp(y)), e, b.mul(x, e)])
+_BWD = _fn("bwd", (V, V, V), lambda b, e, z, ct: [b.mul(ct, e), b.mul(ct, z)])
+# custom_vjp_lin's backward rule with a bool residual p (a float residual would get a tangent in the sample tests,
+# and a second derivative through a custom_vjp is an explicit error): bwd(p, ct) -> (p ? 2·ct : -ct, 3·ct), so the
+# forward map is lin(p, dx, dy) = (p ? 2·dx : -dx) + 3·dy, linear in dx and dy
+_BWD_LIN = _fn("bwd", (Type("bool", (4,)), V), lambda b, p, ct: [
+    b.select(p, b.mul(ct, b.lit(2.0, F)), b.neg(ct)), b.mul(ct, b.lit(3.0, F))])
+
+
 def _loop_ref(trip, xs, c):
     for k in range(int(trip)):
         c = c * 0.5 + math.sin(xs[k]) * c
@@ -473,6 +486,10 @@ SAMPLES = {
     "call:kept": ((V, V), {"fn": _CALLEE, "kept": True}, (normal, normal), lambda x, y: x * np.exp(y)),
     "call:long": ((V, V), {"fn": _LONG, "kept": True}, (normal, normal), _long_ref),
     "digamma": ((V,), {}, (positive,), vec(_digamma_ref)),
+    "custom_jvp": ((V, V), {"fn": _CALLEE, "rule": _RULE}, (normal, normal), lambda x, y: x * np.exp(y)),
+    "custom_vjp": ((V, V), {"fn": _CALLEE, "fwd": _FWD, "bwd": _BWD}, (normal, normal), lambda x, y: x * np.exp(y)),
+    "custom_vjp_lin": ((Type("bool", (4,)), V, V), {"bwd": _BWD_LIN, "n_res": 1}, (both, normal, normal),
+                       lambda p, dx, dy: np.where(p, 2 * dx, -dx) + 3 * dy),
 }
 
 def _at(b, xs, i):
@@ -510,11 +527,10 @@ def prim_name(key: str) -> str:
     """The primitive a sample exercises ('einsum:dot' -> 'einsum')."""
     return key.split(":")[0]
 
-# prims that carry functions: cond, cond_select, lane_cond, loop and call have samples above (each branch of an if
-# taken, a per-lane if, a loop, a call inlined and kept): test_prims runs their rules, test_prims_compiled their C++.
-# custom_jvp, custom_vjp and custom_vjp_lin are exercised through kernels only (tests/test_custom_derivatives.py), so
-# breaking one of their rules fails no test named after them. Listed here, the transpose test leaves these out
-# (their samples are not linear).
-STRUCTURED = {"cond", "cond_select", "lane_cond", "loop", "call", "custom_jvp", "custom_vjp", "custom_vjp_lin"}
+# prims that carry functions: cond, cond_select, lane_cond, loop, call, custom_jvp and custom_vjp have samples above
+# (each branch of an if taken, a per-lane if, a loop, a call inlined and kept, the user's derivative rules; kernels
+# using them: tests/test_custom_derivatives.py): test_prims runs their rules, test_prims_compiled their C++. Listed
+# here, the transpose test leaves these out (their samples are not linear; custom_vjp_lin's is, and is tested).
+STRUCTURED = {"cond", "cond_select", "lane_cond", "loop", "call", "custom_jvp", "custom_vjp"}
 # made only by the codegen passes (no AD or batching rules); tests/test_passes.py checks them
 LOWERING = {"fusion", "contract", "convolve", "winograd_kernel", "qpack", "join"}
