@@ -261,6 +261,70 @@ def test_int_value_rule_is_the_value(name):
     assert given, f"the int_value rule of {name} gives no value on any case"
 
 
+def _gather_in_a_call(b, t, idx):
+    """exp(t[idx]) in a helper the kernel calls."""
+    inner = Builder()
+    ps = [Var(t.type, "t"), Var(idx.type, "idx")]
+    fn = inner.func("helper", ps, [inner.exp(inner.gather(ps[0], ps[1], axis=0))])
+    return b.bind(PRIMS["call"], [t, idx], {"fn": fn})[0]
+
+
+def _gather_in_a_fusion(b, t, idx):
+    """exp(t[idx]), which lowering makes one fusion holding the gather."""
+    return b.exp(b.gather(t, idx, axis=0))
+
+
+RUNS = {"call": _gather_in_a_call, "fusion": _gather_in_a_fusion}
+"""The prims whose record names the sub-function they run (Prim.runs): a gather from t[m] at idx[k] inside it."""
+
+
+def test_the_prims_that_run_a_body_are_tested():
+    assert sorted(n for n, p in PRIMS.items() if p.runs) == sorted(RUNS)
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_shape_checks_look_inside_the_body_a_prim_runs(name):
+    """Prim.runs: the export's checks of its arguments (codegen/viewmodel.py: status 1 when an element is taken
+    from an empty axis) include those of the gather inside the sub-function the prim's equation runs."""
+    from ksbuild.codegen.viewmodel import _taken
+    from ksbuild.transforms.pipeline import lower
+    t, idx = Var(Type("f64", ("m",)), "t"), Var(Type("i64", ("k",)), "idx")
+    b = Builder()
+    f = lower(b.func("f", [t, idx], [RUNS[name](b, t, idx)]))
+    assert [e.prim.name for e in f.eqns] == [name], [e.prim.name for e in f.eqns]
+    assert _taken(f, ["m", "k"]) == ["(m < 1 && k > 0)"]
+
+
+UNMASKED = ("mulz", "mulzz")
+"""The masked products (0 against an inf or nan is 0), whose record names the product they are otherwise."""
+
+
+def test_the_masked_products_are_tested():
+    assert sorted(n for n, p in PRIMS.items() if p.unmasked is not None) == sorted(UNMASKED)
+
+
+@pytest.mark.parametrize("name", UNMASKED)
+def test_a_masked_product_by_a_finite_literal_is_the_unmasked_product(name):
+    """Prim.unmasked: simplify makes x ⊙ 2.5 (either side) the record's unmasked product, which gives the same values,
+    zeros, infs and nans included; x ⊙ inf stays masked."""
+    import numpy as np
+
+    from ksbuild.ir.core import Lit
+    from ksbuild.transforms.simplify import simplify_once
+    f64 = Type("f64", (5,))
+    x = np.array([0.0, np.inf, -np.nan, -3.0, 1.5])
+    for c, plain in ((2.5, True), (np.inf, False)):
+        for lit_first in (False, True):
+            v = Var(f64, "x")
+            b = Builder()
+            ins = [Lit(c, Type("f64")), v] if lit_first else [v, Lit(c, Type("f64"))]
+            f = b.func("f", [v], list(b.bind(PRIMS[name], ins, {})))
+            g = simplify_once(f)
+            want = PRIMS[name].unmasked if plain else PRIMS[name]
+            assert [e.prim for e in g.eqns] == [want], (c, lit_first, [e.prim.name for e in g.eqns])
+            np.testing.assert_array_equal(eval_func(g, [x])[0], eval_func(f, [x])[0])
+
+
 NAME_TEST = re.compile(r"prim\.name *(==|!=|in|not in) |\.prim is ")  # (docs/architecture.md's check, as grep -E)
 
 

@@ -271,8 +271,8 @@ def _taken(f: Func, dims: list[str]) -> list[str]:
                 # (torch refuses it), for every element of the result; the index itself (reduce_argmax) likewise
                 for axis in e.params["axes"]:
                     check(e.ins[0].type.shape[axis], runs + tuple(e.outs[0].type.shape))
-            elif e.prim.name in ("fusion", "call"):  # (their equations run as theirs would at this level)
-                visit(e.params["body" if e.prim.name == "fusion" else "fn"], runs)
+            elif e.prim.runs:  # (a call's, a fusion's: their equations run as theirs would at this level)
+                visit(e.params[e.prim.runs], runs)
             elif e.prim.name == "loop":
                 trip = e.ins[0]
                 steps = int(trip.value) if isinstance(trip, Lit) else sizes.get(trip)

@@ -59,6 +59,11 @@ Facts the passes read instead of testing a prim's name:
 - strings: it takes string operands (compares them for equality or moves them); no other prim may
 - whole: its float result holds whole numbers: "always" (floor), "if_operands" (when its operands do:
   add, max, select, ...), "" (unknown)
+- runs: the param holding the sub-function whose equations run whenever the equation does (a call's fn, once; a
+  fusion's body, over its loop nest), unlike an if's branches or a loop's body: what they require, the equation
+  requires (codegen/viewmodel.py's shape checks look inside it); "" when there is none
+- unmasked: the prim computing the same values where no operand is a zero against an inf or nan (mulz, mulzz: mul):
+  the simplify pass binds it for a product by a finite nonzero scalar literal, which needs no mask
 - branches: its sub-functions are alternatives, each run only where its condition holds (cond and the per-lane
   ifs): what they compute may be guarded by the condition (a size n - 2 meant only for n > 2)
 - sinks: an if whose operands (all but the condition) are the params of both of its branches, then_fn and
@@ -126,6 +131,8 @@ class Prim:
     positional: bool = False
     precompute: bool = False
     branches: bool = False
+    runs: str = ""
+    unmasked: Optional["Prim"] = None
     sinks: bool = False
     epilogue_impls: tuple[str, ...] = ()
     costly: bool = False

@@ -18,6 +18,13 @@ def ones(t: Type) -> Lit:
     return Lit(True if t.dtype == "bool" else 1, t)
 
 
+def splat(x: Atom, out) -> Lit | None:
+    """The simplify rule of a prim whose result's elements are elements of its first operand x (a view, a pick): when
+    x is a literal filled with one value, the result is that literal in its own shape (torch.export's LSTM slices its
+    initial state of zeros, ONNX's not)."""
+    return Lit(x.value, out.type) if isinstance(x, Lit) and not np.ndim(x.value) else None
+
+
 def is_zero(a: Atom | None) -> bool:
     return a is None or (isinstance(a, Lit) and a.value == 0)
 

@@ -855,5 +855,6 @@ call = Prim(
     transpose=_call_transpose,
     partial_eval=_call_partial_eval,
     prune=_call_prune,
+    runs="fn",
     doc="a call to another kernel of the same module",
 )

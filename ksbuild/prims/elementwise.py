@@ -423,12 +423,13 @@ def _simp_mulz(ins, out):
 # multiply the tangent (x) by their partial derivative (y) with it
 mulz = binary("mulz", _np_mulz, "ks::mulz({0}, {1})", None,
               "x * y, but 0 where x is 0 (0 * inf = 0 * nan = 0): a tangent times a factor that may be infinite",
-              numeric=False, transpose=_t_mulz, simplify=_simp_mulz, jvp=_mulz_jvp, costly=False)
+              numeric=False, transpose=_t_mulz, simplify=_simp_mulz, jvp=_mulz_jvp, costly=False, unmasked=mul)
 # x ⊙⊙ y: x * y, but 0 where x or y is 0, even against an inf or nan other: a cotangent times a tangent in a
 # second derivative (ctmul's and mulz's jvps), where either may be the zero and the other infinite
 mulzz = binary("mulzz", _np_mulzz, "ks::mulzz({0}, {1})", None,
                "x * y, but 0 where x or y is 0 (0 * inf = 0 * nan = 0): a cotangent times a tangent, either zero",
-               numeric=False, transpose=_t_mulzz, simplify=_simp_mulz, jvp=_mulzz_jvp, costly=False)
+               numeric=False, transpose=_t_mulzz, simplify=_simp_mulz, jvp=_mulzz_jvp, costly=False,
+               unmasked=mul)
 # c * y where c is a cotangent: what mul's transpose makes. The value and the C++ of a mul (the expand pass makes it
 # one before codegen, so every pass after sees a mul), but its jvp masks (_ctmul_jvp): the second derivatives of a
 # zero cotangent stay 0 (docs/ad-correctness.md)

@@ -10,10 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import KsbuildError
-from ..ir.core import Lit
 from ..ir.types import Type
 from .base import Prim
-from .common import zeros
+from .common import splat, zeros
 from .tensor import _per_lane
 
 
@@ -89,7 +88,7 @@ gather = Prim(
     fusible=_gather_fusible,
     # a splat table (BERT's all-zero token types when none are given) reads its value at every index: the
     # indices are then dead (a fused loop declared them unread: -Wunused-variable under -Werror)
-    simplify=lambda ins, out, axis: Lit(ins[0].value, out.type) if isinstance(ins[0], Lit) else None,
+    simplify=lambda ins, out, axis: splat(ins[0], out),
     doc="x at a tensor of indices along an axis (numpy take); indices are clamped into range",
 )
 

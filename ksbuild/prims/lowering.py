@@ -92,6 +92,7 @@ fusion = Prim(
     doc="elementwise equations (and trailing reductions) emitted as one loop nest",
     opt_outs=OPT_OUTS,
     lowering=True,
+    runs="body",
 )
 
 

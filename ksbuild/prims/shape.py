@@ -4,15 +4,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import KsbuildError
-from ..ir.core import Lit
 from ..ir.types import Type, concrete_shape
 from .base import Prim, broadcast_along, broadcast_rows, first_along, first_rows
-from .common import move_batch_rank, unbroadcast
-
-
-def _splat(x, out):
-    # a view of a splat literal is a splat literal of the new shape
-    return Lit(x.value, out.type) if isinstance(x, Lit) else None
+from .common import move_batch_rank, splat, unbroadcast
 
 
 def _broadcast_rule(in_types, shape):
@@ -45,7 +39,7 @@ broadcast_to = Prim(
     emit=lambda ctx, eqn: ctx.view(eqn, lambda s: s.broadcast(eqn.params["shape"])),
     rows=lambda eqn, n: broadcast_rows(eqn, n, "shape"),
     along=lambda eqn, axis, n: broadcast_along(eqn, axis, n, "shape"),
-    simplify=lambda ins, out, shape: _splat(ins[0], out),
+    simplify=lambda ins, out, shape: splat(ins[0], out),
     doc="numpy broadcasting to a larger shape",
 )
 
@@ -80,7 +74,7 @@ reshape = Prim(
     emit=lambda ctx, eqn: ctx.view(eqn, lambda s: s.reshape(eqn.params["shape"])),
     rows=lambda eqn, n: first_rows(eqn, n, "shape"),
     along=lambda eqn, axis, n: _reshape_along(eqn, axis, n),
-    simplify=lambda ins, out, shape: _splat(ins[0], out),
+    simplify=lambda ins, out, shape: splat(ins[0], out),
     doc="same elements (row-major), new shape",
 )
 
@@ -149,6 +143,6 @@ transpose = Prim(
     emit=lambda ctx, eqn: ctx.view(eqn, lambda s: s.permute(eqn.params["perm"])),
     rows=lambda eqn, n: first_rows(eqn, n) if eqn.params["perm"][0] == 0 else None,
     along=lambda eqn, axis, n: first_along(eqn, axis, n, in_axis=eqn.params["perm"][axis]),
-    simplify=lambda ins, out, perm: _splat(ins[0], out),
+    simplify=lambda ins, out, perm: splat(ins[0], out),
     doc="permute axes",
 )

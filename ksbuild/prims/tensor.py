@@ -21,7 +21,7 @@ from ..errors import KsbuildError
 from ..ir.core import Lit
 from ..ir.types import Type, concrete_shape, dim_add, dim_sub, dim_value, numpy_dtype
 from .base import PRIMS, Prim, first_along, first_rows
-from .common import zeros
+from .common import splat, zeros
 
 
 def _shift(axes, by=1):
@@ -90,6 +90,7 @@ index = Prim(
                                    n_ins=2),
     # the output's axes are x's without `axis`
     along=lambda eqn, axis, n: first_along(eqn, axis, n, in_axis=axis if axis < eqn.params["axis"] else axis + 1),
+    simplify=lambda ins, out, axis: splat(ins[0], out),
     doc="x[i] along an axis; the index is clamped into range",
 )
 
@@ -283,6 +284,7 @@ slice_ = Prim(
         [b.slice(ins[0], axis=axis + 1, start=start, stop=stop)], [True]),
     emit=lambda ctx, eqn: ctx.view(eqn, lambda s: s.narrow(eqn.params["axis"], eqn.params["start"],
                                                           eqn.outs[0].type.shape[eqn.params["axis"]])),
+    simplify=lambda ins, out, axis, start, stop: splat(ins[0], out),
     doc="the static range start:stop of an axis (a view, no copy)",
 )
 

@@ -14,9 +14,6 @@ import numpy as np
 from ..ir.builder import Builder
 from ..ir.core import Atom, Eqn, Lit, Var
 
-PICKS = ("slice", "index", "gather")
-"""Prims whose result's elements are elements of their first operand."""
-
 NEGATED = {"eq": "ne", "ne": "eq"}
 """Comparisons whose logical not is another comparison for every input, NaN included (not so lt and ge)."""
 
@@ -25,7 +22,7 @@ def one_form_rules(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn], 
     """The first of this module's rules that applies to eqn, or None."""
     return unit_transpose(b, eqn, ins) or compose_reshapes(b, eqn, ins, made) or \
         transpose_inside_reshapes(b, eqn, ins, made, once) or negated_comparison(b, eqn, ins, made, once) or \
-        broadcast_chosen_side(b, eqn, ins) or uniform_pick(eqn, ins)
+        broadcast_chosen_side(b, eqn, ins)
 
 
 def unit_transpose(b: Builder, eqn: Eqn, ins: list[Atom]) -> Atom | None:
@@ -99,12 +96,3 @@ def broadcast_chosen_side(b: Builder, eqn: Eqn, ins: list[Atom]) -> Atom | None:
     if kept.type.dtype != out.dtype or kept.type == out:
         return None  # (the select prim's own rule)
     return Lit(kept.value, out) if isinstance(kept, Lit) else b.broadcast_to(kept, shape=out.shape)
-
-
-def uniform_pick(eqn: Eqn, ins: list[Atom]) -> Atom | None:
-    """Elements picked from a literal filled with one value are that value: slice(c), index(c, i) and gather(c, i)
-    are the literal c in the result's shape (torch.export's LSTM slices its initial state of zeros, ONNX's not)."""
-    x = ins[0] if eqn.prim.name in PICKS else None
-    if not isinstance(x, Lit) or np.ndim(x.value) or len(eqn.outs) != 1:
-        return None
-    return Lit(x.value, eqn.outs[0].type)

@@ -330,14 +330,13 @@ def _unit_reshape_axis(src: tuple, dst: tuple, axis: int) -> int | None:
 
 
 def plain_product(eqn: Eqn, ins: list[Atom]):
-    """x ⊙ c = x * c (mulz or mulzz as mul) for a finite nonzero scalar literal c: x * c is then 0, inf or nan exactly
-    where x ⊙ c is, and needs no select (a division by a constant: its factor 1/c folds to a literal)."""
-    from ..prims.base import PRIMS
-
-    if eqn.prim.name not in ("mulz", "mulzz"):
+    """x ⊙ c = x * c (mulz or mulzz as mul: the record's `unmasked` prim) for a finite nonzero scalar literal c: x * c
+    is then 0, inf or nan exactly where x ⊙ c is, and needs no select (a division by a constant: its factor 1/c folds
+    to a literal)."""
+    if eqn.prim.unmasked is None:
         return eqn.prim
     finite = [isinstance(a, Lit) and not a.type.rank and a.value != 0 and np.isfinite(a.value) for a in ins]
-    return PRIMS["mul"] if any(finite) else eqn.prim
+    return eqn.prim.unmasked if any(finite) else eqn.prim
 
 
 def f32_literal(a: Atom) -> Atom:
