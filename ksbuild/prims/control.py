@@ -507,7 +507,8 @@ def _cheap_part(f: Func, res, leaves) -> Func:
             return True
         if a not in cheap:
             e = made.get(a)
-            kind_ok = e is not None and e.prim.loop_remat in ("any", "scalar" if not a.type.rank else "any")
+            kind = e.prim.loop_remat if e is not None else ""
+            kind_ok = kind == "any" or (kind == "scalar" and not a.type.rank)
             cheap[a] = kind_ok and all(is_cheap(x) for x in e.ins)
         return cheap[a]
 
