@@ -120,17 +120,18 @@ def conv_integer(n: Node):
     return [nn.conv(n.b, x, w, None, strides, pads, dilations, n.attr("group", 1))]
 
 
-def _requantize(n: Node, acc, scale, y_scale, y_zp, to: str):
+def _requantize(n: Node, acc, scale, y_scale, y_zp, to: str, b=None):
     """An int32 accumulator as the output type: round(acc · scale / y_scale) + y_zp, saturated (to the bounds of
     a folded Relu or Clip too). As onnxruntime's MLAS requantizes (and ks::qtile::requantize): the f32 product
     clamped to the bounds less the zero point, then rounded half to even. The clamp also keeps the product a
     rounded f32: without it GCC fused the product into the rounding's addition ((v + 1.5·2^23) - 1.5·2^23, -ffp-
     contract=fast at x86-64-v3 and v4), rounding the exact product, one step off where the f32 product falls on
-    a half (bert_small's QDQ attention products: 1 of 131072 values, which then spread through the layers after)."""
-    b = n.b
+    a half (bert_small's QDQ attention products: 1 of 131072 values, which then spread through the layers after).
+    b: the builder (n's, or a loop body's)."""
+    b = b if b is not None else n.b
     real = b.mul(b.convert(acc, dtype="f32"), b.div(scale, y_scale))
     if to in RANGES:
-        zf = _f32(n, y_zp)
+        zf = y_zp if y_zp.type.dtype == "f32" else b.convert(y_zp, dtype="f32")
         lo, hi = (Lit(float(v), Type("f32")) for v in _bounds(n, to))
         real = b.max(b.min(real, b.sub(hi, zf)), b.sub(lo, zf))
     y = q.quantize_int(b, real, Lit(1.0, Type("f32")), y_zp, to, compute_dtype(to))
@@ -162,18 +163,15 @@ def qlinear_matmul(n: Node):
     return [_requantize(n, acc, scale, _f32(n, n.b.reshape(n.x(6), shape=())), y_zp, n.dtype(7))]
 
 
-ACTIVATION_PRODUCTS_MAX = 1024
-"""The most matrices of a batched product of two 8-bit activations that _activation_product unrolls into
-ks::qmatmul calls (bert_small's attention at batch 8: 64 per product)."""
-
-
 def _activation_product(n: Node):
     """QLinearMatMul of two 8-bit activations a [..., M, K] and b [..., K, N] of the same batch shape (attention's
-    products of a quantized transformer: QOperator, or folded from QDQ) on ks::qmatmul, one call per matrix, when the
-    scales and zero points are constants; else None (int32 loops). The kernel takes int8 weights with zero point 0,
-    so b is taken as b' = b - c (c = 128 for uint8, 0 for int8: b' is int8) packed when the product runs, and
-    Σ_k (a - a_zero)·(b - b_zero) = Σ_k (a - a_zero)·b' + (c - b_zero)·Σ_k (a - a_zero), the last a sum per row
-    of a: the same int32 sums as the loops', requantized as they are (_requantize)."""
+    products of a quantized transformer: QOperator, or folded from QDQ) on ks::qmatmul, one call per matrix in a loop
+    over the batch, when the scales and zero points are constants; else None (int32 loops). The kernel takes int8
+    weights with zero point 0, so b is taken as b' = b - c (c = 128 for uint8, 0 for int8: b' is int8), packed in
+    the loop's step, and Σ_k (a - a_zero)·(b - b_zero) = Σ_k (a - a_zero)·b' + (c - b_zero)·Σ_k (a - a_zero), the
+    last a sum per row of a: the same int32 sums as the loops', requantized as they are (_requantize, with
+    onnxruntime's output scale a_scale · b_scale / y_scale in f32)."""
+    from ...prims.control import PRIMS_LOOP, wrap
     a, bm = n.x(0), n.x(3)
     xd, bd, yd = n.dtype(0), n.dtype(3), n.dtype(7)
     known = [n.known(i) for i in (1, 2, 4, 5, 6, 7)]
@@ -183,36 +181,33 @@ def _activation_product(n: Node):
             a.type.shape[:-2] != bm.type.shape[:-2] or not all(isinstance(d, int) for d in shapes) or \
             n.known(3) is not None:
         return None
-    lead, (m, k), nn_ = a.type.shape[:-2], a.type.shape[-2:], bm.type.shape[-1]
+    lead, (m, k), cols = a.type.shape[:-2], a.type.shape[-2:], bm.type.shape[-1]
     count = int(np.prod(lead))
-    if count > ACTIVATION_PRODUCTS_MAX:
-        return None
     b = n.b
-    a_zero, b_zero = int(_scalar(known[1])), int(_scalar(known[3]))
+    a_s, a_zero, b_s, b_zero, y_s, y_zero = (_scalar(v) for v in known)
+    ratio = (np.float32(a_s) * np.float32(b_s)) / np.float32(y_s)  # (ComputeOutputScale's, in f32)
     shift = 128 if bd == "u8" else 0
     b_signed = b.convert(b.sub(b.convert(bm, dtype="i32"), Lit(shift, Type("i32"))), dtype="i8")
-    rows = None
-    if shift != b_zero:  # (c - b_zero) · Σ_k (a - a_zero), per row of a
-        centred = b.sub(b.convert(a, dtype="i32"), Lit(a_zero, Type("i32")))
-        rows = b.mul(red.sum(b, centred, axes=[a.type.rank - 1], keepdim=True), Lit(shift - b_zero, Type("i32")))
-        rows = b.reshape(rows, shape=(count, m, 1))
-    a3, b3 = b.reshape(a, shape=(count, m, k)), b.reshape(b_signed, shape=(count, k, nn_))
-    scale = b.mul(_f32(n, b.reshape(n.x(1), shape=())), _f32(n, b.reshape(n.x(4), shape=())))
-    y_scale, y_zp = _f32(n, b.reshape(n.x(6), shape=())), b.reshape(n.x(7), shape=())
-    zeros = b.constant(value=Dense.of(np.zeros(nn_, np.int32)))
-    ones = b.constant(value=Dense.of(np.ones(1, np.float32)))
-    pieces = []
-    for i in range(count):
-        at = Lit(i, Type("i64"))
-        acc = b.qmatmul(b.index(a3, at, axis=0), b.index(b3, at, axis=0), zeros, ones, x_zero=a_zero, y_zero=0,
-                        lo=0, hi=0, out="i32")
-        if rows is not None:
-            acc = b.add(acc, b.index(rows, at, axis=0))
-        y = _requantize(n, acc, scale, y_scale, y_zp, yd).atom
-        pieces.append(b.reshape(y, shape=(1, m, nn_)))
-    from ...ops.shape import concatenate
-    y = concatenate(b, pieces, 0) if count > 1 else pieces[0]
-    return Val(b.reshape(y, shape=tuple(lead) + (m, nn_)), None, yd)
+    xs = [b.reshape(a, shape=(count, m, k)), b.reshape(b_signed, shape=(count, k, cols))]
+    if shift != int(b_zero):  # (c - b_zero) · Σ_k (a - a_zero), per row of a
+        centred = b.sub(b.convert(a, dtype="i32"), Lit(int(a_zero), Type("i32")))
+        rows = b.mul(red.sum(b, centred, axes=[a.type.rank - 1], keepdim=True), Lit(shift - int(b_zero), Type("i32")))
+        xs.append(b.reshape(rows, shape=(count, m, 1)))
+
+    def step(bb, ps):
+        acc = bb.qmatmul(ps[1], ps[2], bb.constant(value=Dense.of(np.zeros(cols, np.int32))),
+                         bb.constant(value=Dense.of(np.ones(1, np.float32))), x_zero=int(a_zero), y_zero=0, lo=0,
+                         hi=0, out="i32")
+        if len(ps) > 3:
+            acc = bb.add(acc, ps[3])
+        y = _requantize(n, acc, Lit(float(ratio), Type("f32")), Lit(1.0, Type("f32")),
+                        Lit(int(y_zero), Type(yd)), yd, bb)
+        return [y.atom]
+
+    body = wrap("activation_product", [Type("i64")] + [Type(x.type.dtype, x.type.shape[1:]) for x in xs], step)
+    (y,) = b.bind(PRIMS_LOOP, [Lit(count, Type("i64")), *xs], dict(body=body, n_consts=0, n_carry=0, length=count,
+                                                                    reverse=False))
+    return Val(b.reshape(y, shape=tuple(lead) + (m, cols)), None, yd)
 
 
 # ---- the integer kernels (prims/qlinear.py): 8-bit activations, int8 weights with zero point 0, known scales ---------
