@@ -2,9 +2,9 @@
 
 - Single operators built with onnx.helper (QLinearConv over strides, padding, dilations, groups, depthwise
   multipliers, per-channel scales, int8 and uint8 activations and outputs (of one type, as onnxruntime takes
-  them); QLinearMatMul; MatMulInteger (int32 results, a zero point constant or DynamicQuantizeLinear's); com.microsoft
-  QGemm with a bias, transB and a float output; the other com.microsoft quantized operators), all exports of one
-  package, each
+  them); QLinearMatMul (of constant weights, and of two activations: attention's); MatMulInteger (int32 results, a
+  zero point constant or DynamicQuantizeLinear's); com.microsoft QGemm with a bias, transB and a float output; the
+  other com.microsoft quantized operators), all exports of one package, each
   compared with onnxruntime: the products, QLinearMul, QLinearGlobalAveragePool and QLinearAdd bit for bit
   (QLinearAdd over every pair of bytes at scales where the schema's definition rounds otherwise; bit for bit on
   x86-64 with FMA), the other
@@ -76,6 +76,36 @@ def qlinear_matmul(rows, k, n, xt=U8, yt=U8):
     node = helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
     return _model([node], [helper.make_tensor_value_info("a", xt, [rows, k])],
                   [helper.make_tensor_value_info("y", yt, None)], inits), {"a": _bytes((rows, k), xt)}
+
+
+def qlinear_matmul_activations(batch, m, k, n, at=U8, bt=U8, yt=U8):
+    """QLinearMatMul of two 8-bit activations a [*batch, m, k] and b [*batch, k, n] (an attention product), both with
+    zero points (b's taken apart from its bytes on ks::qmatmul: ops_quant.py, _activation_product)."""
+    inits = [_init("as", np.float32(0.031)), _init("az", np.array(121 if at == U8 else -7, NP[at])),
+             _init("bs", np.float32(0.017)), _init("bz", np.array(140 if bt == U8 else 5, NP[bt])),
+             _init("ys", np.float32(0.9)), _init("yz", np.array(118 if yt == U8 else -3, NP[yt]))]
+    node = helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
+    inputs = [helper.make_tensor_value_info("a", at, [*batch, m, k]), helper.make_tensor_value_info("b", bt, [*batch, k, n])]
+    return _model([node], inputs, [helper.make_tensor_value_info("y", yt, None)], inits), \
+        {"a": _bytes((*batch, m, k), at), "b": _bytes((*batch, k, n), bt)}
+
+
+SOFTMAX_PARAMS = (0.005, 0, 1 / 16384, 0)  # x_scale, x_zero, y_scale, y_zero: most results between 60 and 240
+
+
+def qlinear_softmax_rows():
+    """com.microsoft QLinearSoftmax (opset 13, last axis) of 4096 random rows of 128 bytes (attention's), with
+    SOFTMAX_PARAMS: results mostly far from 0 and 255, where a row sum one bit off flips a rounding now and then.
+    onnxruntime 1.32's sums are not left to right (its qlinear_softmax.cc reads so): numpy emulations of its
+    arithmetic with the sums left to right, in 2 to 64 lanes, pairwise or in double each differ from it on 14 to 20
+    of the 524288 values, as ours (vectorized) does: within one step."""
+    x = np.random.default_rng(5).integers(0, 256, (4096, 128), dtype=np.uint8)
+    inits = [_init(n, np.float32(v) if n[0] == "s" else np.uint8(v)) for n, v in zip(("sx", "zx", "sy", "zy"),
+                                                                                    SOFTMAX_PARAMS)]
+    node = helper.make_node("QLinearSoftmax", ["x", "sx", "zx", "sy", "zy"], ["y"], domain="com.microsoft", axis=-1,
+                            opset=13)
+    return _model([node], [helper.make_tensor_value_info("x", U8, list(x.shape))],
+                  [helper.make_tensor_value_info("y", U8, None)], inits, ms=True), {"x": x}
 
 
 def qgemm(rows, k, n, trans_b=0, float_out=False, per_column=False):
@@ -223,6 +253,8 @@ EXACT = {  # name -> (model, feeds): onnxruntime's products, bit for bit
     "matmul_integer_dynamic": matmul_integer([2, 9, 40], 70),  # (the zero point DynamicQuantizeLinear's)
     "dynamic_quantize_matmul": dynamic_quantize_matmul([3, 5, 24], 20),  # (float results: to rtol 1e-6)
     "conv_extreme": qlinear_extreme("conv", 6, 64, 24),
+    "matmul_activations": qlinear_matmul_activations((2, 3), 9, 20, 35),  # (one ks::qmatmul per matrix)
+    "matmul_activations_i8": qlinear_matmul_activations((4,), 5, 8, 40, at=I8, bt=I8, yt=I8),
 }
 WITHIN_ONE_STEP = {  # float-defined operators that onnxruntime computes with its own rounding
     "qlinear_concat": contrib("QLinearConcat", axis=1),
@@ -230,6 +262,7 @@ WITHIN_ONE_STEP = {  # float-defined operators that onnxruntime computes with it
     "qlinear_sigmoid": contrib("QLinearSigmoid"),
     "qlinear_leaky_relu": contrib("QLinearLeakyRelu", alpha=0.1),
     "qlinear_softmax": contrib("QLinearSoftmax", axis=-1, opset=13),  # (onnxruntime's table; the sums' order ours)
+    "qlinear_softmax_rows": qlinear_softmax_rows(),
 }
 
 

@@ -40,8 +40,6 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "onnx"))
-from bench import median_times, one_thread_options  # noqa: E402
 
 
 def kws_cnn():
@@ -125,8 +123,11 @@ def all_models(side: int, names) -> dict:
     return chosen
 
 
-def quantize(name: str, f32: Path, out: Path, shape, fmt: str) -> None:
-    """f32 quantized by onnxruntime: quantize_static in the QDQ or QOperator format, or (dyn) quantize_dynamic."""
+def quantize(name: str, f32: Path, out: Path, shape, fmt: str, inputs=None) -> None:
+    """f32 quantized by onnxruntime: quantize_static in the QDQ or QOperator format (uint8 activations, int8 weights
+    per channel, calibrated on `inputs`, the model's input `x` arrays: by default 8 random token sequences for a
+    token model, else 16 random inputs of `shape`), or (dyn) quantize_dynamic (int8 weights). tests/
+    test_int8_sequences.py quantizes its models with it."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -140,7 +141,9 @@ def quantize(name: str, f32: Path, out: Path, shape, fmt: str) -> None:
 
     class Reader(CalibrationDataReader):
         def __init__(self):
-            self.batches = iter([{"x": example(name, shape, i)} for i in range(8 if name in TOKENS else 16)])
+            calibration = inputs if inputs is not None else \
+                [example(name, shape, i) for i in range(8 if name in TOKENS else 16)]
+            self.batches = iter([{"x": x} for x in calibration])
 
         def get_next(self):
             return next(self.batches, None)
@@ -181,6 +184,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import logging
     import subprocess
+
+    sys.path.insert(0, str(HERE.parent / "onnx"))
+    from bench import median_times, one_thread_options  # (here: tests import this file for `quantize`)
 
     import onnxruntime as ort
     import torch

@@ -7,9 +7,14 @@ Layouts are ONNX's layout 0: x [seq, batch, input], weights [dirs, gates*hidden,
 outputs y [seq, dirs, batch, hidden] and the final states [dirs, batch, hidden].
 Sequence lengths, when given, mask the steps past each batch entry's length: its state
 stops changing and its outputs are zero.
+
+`Products` replaces the two float products (onnxruntime's DynamicQuantizeLSTM: integer products of the input and
+of each step's hidden state quantized at run time, frontends/onnx/ops_rnn.py); then the weights w and r are what
+its functions read (per direction), and an LSTM's bias is added after the two products, as onnxruntime adds it.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from ..ir.core import Atom, Lit, Var
@@ -44,6 +49,16 @@ def activation(b, name: str, alpha: float | None, beta: float | None) -> Act:
     return table[name]
 
 
+@dataclass(frozen=True)
+class Products:
+    """The products of a layer other than x·Wᵀ and h·Rᵀ in float: `input(b, rows, w, d)` -> [rows, gates·hidden]
+    of the input rows [rows, input] and direction d's w; `recurrent(b, h, r, d)` -> [batch, gates·hidden] of the
+    state h [batch, hidden] and direction d's r (inside the step: r is the loop's constant)."""
+
+    input: Callable
+    recurrent: Callable
+
+
 def _direction(b, w: Atom, d: int) -> Atom:
     """Direction d of a per-direction tensor [dirs, ...]."""
     return b.index(w, Lit(d, Type("i64")), axis=0)
@@ -62,10 +77,11 @@ def _gate(b, z: Atom, k: int, hidden: Dim) -> Atom:
 
 def run_layer(b, kind: str, x: Atom, w: Atom, r: Atom, bias: Atom | None, init: Sequence[Atom | None],
               extra: Atom | None, hidden: int, direction: str, acts: Sequence[Act], clip: float | None,
-              lens: Atom | None, flag: bool) -> list[Atom]:
+              lens: Atom | None, flag: bool, products: Products | None = None) -> list[Atom]:
     """One RNN/GRU/LSTM layer: [y, y_h] (+ [y_c] for LSTM) in ONNX layout 0.
 
-    `extra` is the LSTM peephole vector P; `flag` is LSTM's input_forget or GRU's linear_before_reset."""
+    `extra` is the LSTM peephole vector P; `flag` is LSTM's input_forget or GRU's linear_before_reset; `products`
+    (an LSTM's) computes the input and recurrent products from w and r instead of the float einsums."""
     from .shape import concatenate
     dirs = ["forward", "reverse"] if direction == "bidirectional" else [direction]
     n_gates = {"rnn": 1, "gru": 3, "lstm": 4}[kind]
@@ -73,7 +89,7 @@ def run_layer(b, kind: str, x: Atom, w: Atom, r: Atom, bias: Atom | None, init: 
     results = []
     for d, way in enumerate(dirs):
         fs = acts[d * per_dir:(d + 1) * per_dir]
-        cell = Cell(kind, hidden, n_gates, fs, clip, flag)
+        cell = Cell(kind, hidden, n_gates, fs, clip, flag, products, d)
         results.append(_one_direction(b, cell, x, _direction(b, w, d), _direction(b, r, d),
                                       _direction(b, bias, d) if bias is not None else None,
                                       [_direction(b, s, d) if s is not None else None for s in init],
@@ -89,12 +105,17 @@ def run_layer(b, kind: str, x: Atom, w: Atom, r: Atom, bias: Atom | None, init: 
 class Cell:
     """The step function of one direction: (pre-activation of the input, state) -> new state."""
 
-    def __init__(self, kind: str, hidden: int, n_gates: int, acts: Sequence[Act], clip, flag: bool):
+    def __init__(self, kind: str, hidden: int, n_gates: int, acts: Sequence[Act], clip, flag: bool,
+                 products: Products | None = None, direction: int = 0):
         self.kind, self.hidden, self.n_gates, self.acts, self.clip, self.flag = kind, hidden, n_gates, acts, clip, flag
+        self.products, self.direction = products, direction
 
     def step(self, b, xw: Atom, state: list[Atom], r: Atom, rb: Atom | None, p: Atom | None) -> list[Atom]:
         h = state[0]
-        hr = b.einsum(h, r, spec="bh,gh->bg")
+        if self.products is not None:
+            hr = self.products.recurrent(b, h, r, self.direction)
+        else:
+            hr = b.einsum(h, r, spec="bh,gh->bg")
         if self.kind == "rnn":
             return [self.acts[0](b, _clip(b, b.add(b.add(xw, hr), rb) if rb is not None else b.add(xw, hr),
                                           self.clip))]
@@ -147,13 +168,18 @@ def _one_direction(b, cell: Cell, x: Atom, w: Atom, r: Atom, bias: Atom | None, 
     gh = cell.n_gates * cell.hidden
     # the input's part of every step at once: one matrix product of the (time · batch) rows
     rows = b.reshape(x, shape=(numel((seq, batch)), x.type.shape[2]))
-    xw = b.reshape(b.einsum(rows, w, spec="ri,gi->rg"), shape=(seq, batch, gh))
+    if cell.products is not None:
+        xw = b.reshape(cell.products.input(b, rows, w, cell.direction), shape=(seq, batch, gh))
+    else:
+        xw = b.reshape(b.einsum(rows, w, spec="ri,gi->rg"), shape=(seq, batch, gh))
     rb = None
     if bias is not None:
         wb = b.slice(bias, axis=0, start=0, stop=gh)
         rb = b.slice(bias, axis=0, start=gh, stop=2 * gh)
         if cell.kind == "gru":  # the reset gate multiplies (part of) the recurrent term, Rbh included or not
             xw = b.add(xw, wb)
+        elif cell.products is not None:  # (x·W + h·R) + (Wb + Rb) in each step, as onnxruntime adds them
+            rb = b.add(wb, rb)
         else:
             xw = b.add(xw, b.add(wb, rb))
             rb = None

@@ -8,7 +8,9 @@ qconv[strides, pads, dilations, groups, x_zero, y_zero, lo, hi, out](x, w, bias,
 qmatmul[x_zero, y_zero, lo, hi, out](a, b, bias, scale) -> y
     a [..., K] u8 or i8, b [K, N] i8 (zero point 0), bias i32 [N], scale f32 [1] or [N]; y [..., N] alike.
     With out = "i32" (ONNX MatMulInteger) y is the int32 sums themselves, Σ (a - x_zero)·b + bias: no
-    requantization (scale, y_zero, lo and hi unused).
+    requantization (scale, y_zero, lo and hi unused); with out = "f32" (transforms/float_products.py: a
+    MatMulInteger's sums converted to float and scaled, onnxruntime's MatMulIntegerToFloat) y is
+    f32(Σ (a - x_zero)·b + bias) · scale, the f32 product of each sum and its column's scale (or the one scale).
 
 qlookup(table, x) -> y
     table [256] u8 or i8, x u8 or i8 of any shape; y of x's shape and table's type: y = table[the byte of x] (an int8
@@ -50,17 +52,17 @@ ACTIVATIONS = ("u8", "i8")
 
 def _check_requant(what: str, x: Type, w: Type, bias: Type, scale: Type, channels, x_zero: int, y_zero: int,
                    lo: int, hi: int, out: str, sums: bool = False) -> None:
-    """The operands of an integer kernel (sums: int32 results allowed, out = "i32")."""
+    """The operands of an integer kernel (sums: unrequantized results allowed, out = "i32" or "f32")."""
     if x.dtype not in ACTIVATIONS or w.dtype != "i8":
         raise KsbuildError(f"{what} takes u8 or i8 activations and i8 weights, got {x} and {w}")
     if bias.dtype != "i32" or bias.shape != (channels,):
         raise KsbuildError(f"{what}: the bias must be i32 [{channels}], got {bias}")
     if scale.dtype != "f32" or scale.rank != 1 or scale.shape[0] not in (1, channels):
         raise KsbuildError(f"{what}: the scale must be f32 [1] or [{channels}], got {scale}")
-    if sums and out == "i32":
+    if sums and out in ("i32", "f32"):
         return
     if out not in ACTIVATIONS:
-        raise KsbuildError(f"{what}: the output type must be u8 or i8{' or i32' if sums else ''}, not {out}")
+        raise KsbuildError(f"{what}: the output type must be u8 or i8{' or i32 or f32' if sums else ''}, not {out}")
     lo_t, hi_t = (0, 255) if out == "u8" else (-128, 127)
     if not (lo_t <= lo <= hi <= hi_t and lo_t <= y_zero <= hi_t):
         raise KsbuildError(f"{what}: bounds [{lo}, {hi}] and zero point {y_zero} do not fit {out}")
@@ -301,6 +303,8 @@ def _qmatmul_eval(a, b, bias, scale, x_zero, y_zero, lo, hi, out, env, packed=Fa
     acc = (a.astype(np.int64) - x_zero) @ b.astype(np.int64)
     if out == "i32":
         return ((acc + bias).astype(np.int32),)
+    if out == "f32":
+        return ((acc + bias).astype(np.int32).astype(np.float32) * scale.astype(np.float32),)
     return (requantize(acc, bias, scale, y_zero, lo, hi, out),)
 
 
@@ -343,7 +347,7 @@ qmatmul = Prim(
     select_backend=_pack_weights("columns"),
     scratch=_qmatmul_scratch,
     doc="8-bit integer matrix product with int32 sums requantized to 8 bits (ONNX QLinearMatMul, QGemm) or kept "
-        "(out i32: MatMulInteger)",
+        "(out i32: MatMulInteger) or scaled as float (out f32: MatMulIntegerToFloat)",
 )
 
 

@@ -18,6 +18,7 @@ from .cse import cse
 from .dot_convs import dot_convs
 from .expand import expand
 from .fuse import fuse
+from .float_products import float_products
 from .fuse_epilogue import fuse_epilogue
 from .gather_early import gather_early
 from .hoist import hoist
@@ -68,6 +69,8 @@ PASSES = [
     Pass("hoist", lambda f, o: simplify(hoist(f)),
          "costly values every iteration of a loop recomputes are computed before it (then simplify again)"),
     Pass("join", lambda f, o: join(f), "a concatenation (pieces padded with zeros and added) copies each piece once"),
+    Pass("float_products", lambda f, o: float_products(f) if o.vectors else f,
+         "an integer product whose int32 sums are converted to float and scaled gives float results itself"),
     Pass("select_backend", lambda f, o: select_backend(f, get_backend(o.backend), o.threads),
          "einsums become loop nests or matrix product calls"),
     Pass("dot_convs", lambda f, o: f if o.vectors else dot_convs(f),

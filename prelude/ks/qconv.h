@@ -1495,13 +1495,42 @@ constexpr conv_dim qmatmul_scratch(conv_dim depth, conv_dim n) {
            qtile::rows * qtile::cols * 4;
 }
 
+namespace qtile {
+// A tile's sums (the int32 sums plus the offsets, at acc [rows][cols]) as float times the scale of their column (or
+// the one scale): ks::qmatmul's float results, as onnxruntime's MatMulIntegerToFloat and its quantized LSTM convert
+// theirs (MLAS_QGEMM_SCALE_BIAS_OUTPUT_PROCESSOR: float(sum) · scale).
+inline void store_scaled(const int32_t* acc, conv_dim live, conv_dim count, const float* scale, bool one_scale,
+                         float* y, conv_dim ld) {
+    for (conv_dim r = 0; r < live; ++r) {
+        const int32_t* s = acc + r * cols;
+        float* out = y + r * ld;
+        KS_OMP_SIMD()
+        for (conv_dim c = 0; c < count; ++c) {
+            out[c] = static_cast<float>(s[c]) * scale[one_scale ? 0 : c];
+        }
+    }
+}
+
+template <class TY>
+constexpr bool float_results() {
+    return false;
+}
+template <>
+constexpr bool float_results<float>() {
+    return true;
+}
+}  // namespace qtile
+
 // y [count, n] = the requantized product of a [count, depth] (uint8 or int8, rows `lda` apart) with b [depth, n]
 // (int8, zero point 0) packed by qpack_columns; bias and scales per column of y (or one scale). With int32 y (TY
-// int32_t: ONNX MatMulInteger) the sums Σ (a - x_zero)·b plus the bias, not requantized (the scales unread).
+// int32_t: ONNX MatMulInteger) the sums Σ (a - x_zero)·b plus the bias, not requantized (the scales unread); with
+// float y (TY float: a MatMulInteger whose sums are converted and scaled, transforms/float_products.py) those sums
+// as float times the scales, each tile's converted from the sums' room as it is computed.
 template <class TX, class TY>
 void qmatmul(conv_dim count, conv_dim depth, conv_dim n, const TX* a, conv_dim lda, const uint8_t* packed, TY* y,
              uint8_t* scratch, const requant& q) {
     using namespace qtile;
+    constexpr bool floats = float_results<TY>();
     int32_t* offsets = reinterpret_cast<int32_t*>(scratch);
     uint8_t* block = scratch + round_up(n * 4, 64);
     int32_t* acc = reinterpret_cast<int32_t*>(block + packed_size(rows, depth, rows));
@@ -1518,13 +1547,17 @@ void qmatmul(conv_dim count, conv_dim depth, conv_dim n, const TX* a, conv_dim l
         const conv_dim live = count - i0 < rows ? count - i0 : rows;
         pack(a + i0 * lda, live, depth, lda, 1, rows, block, [](TX v) { return tile_byte(v); });
         for (conv_dim j0 = 0; j0 < n; j0 += product_cols) {
-            tile_out o = output_of(q, offs + j0, q.scales == 1 ? q.scale : q.scale + j0, false, acc);
+            const float* scale = q.scales == 1 ? q.scale : q.scale + j0;
+            tile_out o = output_of(q, offs + j0, scale, false, acc);
             o.sums = sizeof(TY) == 4;
-            o.y = reinterpret_cast<uint8_t*>(y + i0 * n + j0);
-            o.ld = n;
+            o.y = floats ? reinterpret_cast<uint8_t*>(acc) : reinterpret_cast<uint8_t*>(y + i0 * n + j0);
+            o.ld = floats ? cols : n;
             o.live = live;
             o.count = n - j0 < product_cols ? n - j0 : product_cols;
             tile(block, packed + j0 * qd * 4, qd, o);
+            if (floats) {
+                store_scaled(acc, live, o.count, scale, q.scales == 1, reinterpret_cast<float*>(y + i0 * n + j0), n);
+            }
         }
     }
 }
@@ -2307,10 +2340,19 @@ void qlookup(conv_dim n, const TY* table, const TX* x, TY* y) {
 #define KS_QUANT_FOLDED(PREFIX, TX, TY)
 #endif
 
-// ks::qmatmul with int32 results (ONNX MatMulInteger), for activations TX.
+// ks::qmatmul with int32 results (ONNX MatMulInteger), and (but on a microcontroller, which ksbuild leaves them
+// int32: transforms/float_products.py) with float ones, for activations TX.
+#if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M'
 #define KS_QSUMS_LAYER(PREFIX, TX)                                                                                \
     PREFIX void qmatmul<TX, int32_t>(conv_dim, conv_dim, conv_dim, const TX*, conv_dim, const uint8_t*, int32_t*,  \
                                      uint8_t*, const requant&);
+#else
+#define KS_QSUMS_LAYER(PREFIX, TX)                                                                                \
+    PREFIX void qmatmul<TX, int32_t>(conv_dim, conv_dim, conv_dim, const TX*, conv_dim, const uint8_t*, int32_t*,  \
+                                     uint8_t*, const requant&);                                                   \
+    PREFIX void qmatmul<TX, float>(conv_dim, conv_dim, conv_dim, const TX*, conv_dim, const uint8_t*, float*,      \
+                                   uint8_t*, const requant&);
+#endif
 
 }  // inline namespace KS_KERNELS
 }  // namespace ks

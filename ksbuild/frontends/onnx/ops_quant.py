@@ -120,11 +120,20 @@ def conv_integer(n: Node):
     return [nn.conv(n.b, x, w, None, strides, pads, dilations, n.attr("group", 1))]
 
 
-def _requantize(n: Node, acc, scale, y_scale, y_zp, to: str):
+def _requantize(n: Node, acc, scale, y_scale, y_zp, to: str, b=None):
     """An int32 accumulator as the output type: round(acc · scale / y_scale) + y_zp, saturated (to the bounds of
-    a folded Relu or Clip too)."""
-    b = n.b
+    a folded Relu or Clip too). As onnxruntime's MLAS requantizes (and ks::qtile::requantize): the f32 product
+    clamped to the bounds less the zero point, then rounded half to even. The clamp also keeps the product a
+    rounded f32: without it GCC fused the product into the rounding's addition ((v + 1.5·2^23) - 1.5·2^23, -ffp-
+    contract=fast at x86-64-v3 and v4), rounding the exact product, one step off where the f32 product falls on
+    a half (bert_small's QDQ attention products: 1 of 131072 values, which then spread through the layers after).
+    b: the builder (n's, or a loop body's)."""
+    b = b if b is not None else n.b
     real = b.mul(b.convert(acc, dtype="f32"), b.div(scale, y_scale))
+    if to in RANGES:
+        zf = y_zp if y_zp.type.dtype == "f32" else b.convert(y_zp, dtype="f32")
+        lo, hi = (Lit(float(v), Type("f32")) for v in _bounds(n, to))
+        real = b.max(b.min(real, b.sub(hi, zf)), b.sub(lo, zf))
     y = q.quantize_int(b, real, Lit(1.0, Type("f32")), y_zp, to, compute_dtype(to))
     if to in RANGES and _bounds(n, to) != RANGES[to]:
         lo, hi = _bounds(n, to)
@@ -143,12 +152,62 @@ def qlinear_matmul(n: Node):
         k = integer_kernel_params(n, 0, 3, 6, None, b.type.shape[1])
         if k is not None:
             return [Val(n.b.qmatmul(n.x(0), b, k["bias"], k["scale"], **k["params"]), None, k["params"]["out"])]
+    fast = _activation_product(n)
+    if fast is not None:
+        return [fast]
     a = q.integer_operand(n.b, n.x(0), n.x(2))
     bm = q.integer_operand(n.b, n.x(3), n.x(5))
     acc = linalg.matmul(n.b, a, bm)
     scale = n.b.mul(_f32(n, n.b.reshape(n.x(1), shape=())), _f32(n, n.b.reshape(n.x(4), shape=())))
     y_zp = n.b.reshape(n.x(7), shape=())
     return [_requantize(n, acc, scale, _f32(n, n.b.reshape(n.x(6), shape=())), y_zp, n.dtype(7))]
+
+
+def _activation_product(n: Node):
+    """QLinearMatMul of two 8-bit activations a [..., M, K] and b [..., K, N] of the same batch shape (attention's
+    products of a quantized transformer: QOperator, or folded from QDQ) on ks::qmatmul, one call per matrix in a loop
+    over the batch, when the scales and zero points are constants; else None (int32 loops). The kernel takes int8
+    weights with zero point 0, so b is taken as b' = b - c (c = 128 for uint8, 0 for int8: b' is int8), packed in
+    the loop's step, and Σ_k (a - a_zero)·(b - b_zero) = Σ_k (a - a_zero)·b' + (c - b_zero)·Σ_k (a - a_zero), the
+    last a sum per row of a: the same int32 sums as the loops', requantized as they are (_requantize, with
+    onnxruntime's output scale a_scale · b_scale / y_scale in f32)."""
+    from ...prims.control import PRIMS_LOOP, wrap
+    a, bm = n.x(0), n.x(3)
+    xd, bd, yd = n.dtype(0), n.dtype(3), n.dtype(7)
+    known = [n.known(i) for i in (1, 2, 4, 5, 6, 7)]
+    shapes = a.type.shape + bm.type.shape
+    if xd not in RANGES or bd not in RANGES or yd not in RANGES or any(k is None for k in known) or \
+            any(_scalar(k) is None for k in known) or a.type.rank < 3 or bm.type.rank != a.type.rank or \
+            a.type.shape[:-2] != bm.type.shape[:-2] or not all(isinstance(d, int) for d in shapes) or \
+            n.known(3) is not None:
+        return None
+    lead, (m, k), cols = a.type.shape[:-2], a.type.shape[-2:], bm.type.shape[-1]
+    count = int(np.prod(lead))
+    b = n.b
+    a_s, a_zero, b_s, b_zero, y_s, y_zero = (_scalar(v) for v in known)
+    ratio = (np.float32(a_s) * np.float32(b_s)) / np.float32(y_s)  # (ComputeOutputScale's, in f32)
+    shift = 128 if bd == "u8" else 0
+    b_signed = b.convert(b.sub(b.convert(bm, dtype="i32"), Lit(shift, Type("i32"))), dtype="i8")
+    xs = [b.reshape(a, shape=(count, m, k)), b.reshape(b_signed, shape=(count, k, cols))]
+    if shift != int(b_zero):  # (c - b_zero) · Σ_k (a - a_zero), per row of a
+        centred = b.sub(b.convert(a, dtype="i32"), Lit(int(a_zero), Type("i32")))
+        rows = b.mul(red.sum(b, centred, axes=[a.type.rank - 1], keepdim=True), Lit(shift - int(b_zero), Type("i32")))
+        xs.append(b.reshape(rows, shape=(count, m, 1)))
+
+    def step(bb, ps):
+        acc = bb.qmatmul(ps[1], ps[2], bb.constant(value=Dense.of(np.zeros(cols, np.int32))),
+                         bb.constant(value=Dense.of(np.ones(1, np.float32))), x_zero=int(a_zero), y_zero=0, lo=0,
+                         hi=0, out="i32")
+        if len(ps) > 3:
+            acc = bb.add(acc, ps[3])
+        y = _requantize(n, acc, Lit(float(ratio), Type("f32")), Lit(1.0, Type("f32")),
+                        Lit(int(y_zero), Type(yd)), yd, bb)
+        return [y.atom]
+
+    body = wrap("activation_product", [Type("i64")] + [Type(x.type.dtype, x.type.shape[1:]) for x in xs], step)
+    (y,) = b.bind(PRIMS_LOOP, [Lit(count, Type("i64")), *xs], dict(body=body, n_consts=0, n_carry=0, length=count,
+                                                                    reverse=False))
+    return Val(b.reshape(y, shape=tuple(lead) + (m, cols)), None, yd)
 
 
 # ---- the integer kernels (prims/qlinear.py): 8-bit activations, int8 weights with zero point 0, known scales ---------
