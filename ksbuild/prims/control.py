@@ -639,18 +639,24 @@ def keeps_call(fn: Func) -> bool:
     included. A callee with tensors stays a call only where its call is marked `kept` (call_params: large enough to
     pay; vmap's batched callees); other calls are inlined by the transformations and emitted as blocks
     (docs/architecture.md, "Calls")."""
-    return _scalars_only(fn, {})
+    return _scalars_only(fn)
 
 
-def _scalars_only(fn: Func, seen: dict) -> bool:
-    """Whether every value of fn, nested bodies included, is a non-string scalar; seen: the bodies already checked
-    (by id). Each body once, without generators nested per level: keeps_call on a chain of 300 calls, asked at every
-    level, took 130 s through printer.walk_vars."""
-    if id(fn) not in seen:
-        seen[id(fn)] = all(v.type.rank == 0 and v.type.dtype != "str" for v in fn.params) and all(
+_SCALARS_ONLY: "weakref.WeakKeyDictionary[Func, bool]" = weakref.WeakKeyDictionary()
+
+
+def _scalars_only(fn: Func) -> bool:
+    """Whether every value of fn, nested bodies included, is a non-string scalar. Each body once (Funcs are
+    immutable: the answer is kept while fn lives): keeps_call on a chain of 300 calls, asked at every level, took
+    130 s through printer.walk_vars, then a quarter of the front end's time (tests/test_frontend_robustness.py) with
+    a walk of the whole chain per question."""
+    known = _SCALARS_ONLY.get(fn)
+    if known is None:
+        known = all(v.type.rank == 0 and v.type.dtype != "str" for v in fn.params) and all(
             all(v.type.rank == 0 and v.type.dtype != "str" for v in e.outs) and
-            all(_scalars_only(sub, seen) for sub in e.params.values() if isinstance(sub, Func)) for e in fn.eqns)
-    return seen[id(fn)]
+            all(_scalars_only(sub) for sub in e.params.values() if isinstance(sub, Func)) for e in fn.eqns)
+        _SCALARS_ONLY[fn] = known
+    return known
 
 
 def kept_call(eqn) -> bool:
