@@ -10,7 +10,9 @@ convolve[strides, pads, dilations, groups, impl, epilogue?](x, w, *extra) -> y
     ks::conv_dots (a target without a vector unit: transforms/dot_convs.py; each output position's window gathered,
     then dotted with the kernel's rows), "pointwise" ks::conv_pointwise (a pointwise convolution over few positions
     computed transposed, the positions as the register tiles' rows: w is then the kernel's transpose stored as
-    panels [ceil(M / P), C, P] by transforms/layout_constants.py, and the param `cols` is M). The epilogue
+    panels [ceil(M / P), C, P] by transforms/layout_constants.py, and the param `cols` is M; a convolution with a
+    window, taps, a stride or padding, over few positions likewise by its im2col blocks: its kernel's transpose
+    [C·K, M] stored as panels block by block, window_panels, and the param `window` its spatial sides). The epilogue
     (transforms/fuse_epilogue.py) is called with the image, the output channel and the flat output position.
 winograd_kernel(w) -> u
     u [16, C, M] = G g Gᵀ for each 3×3 kernel g of w [M, C, 3, 3] (ks::winograd_kernel); a constant w is

@@ -14,7 +14,9 @@ Winograd convolution (a `winograd_kernel` of a constant) is transformed here too
 int8 weights are packed for the integer kernels (a `qpack` of a constant, prims/qlinear.py). The constant kernel
 [M, C, 1, 1] of a pointwise convolution over few positions (prims/convolve.py: pointwise_applies; one thread) is
 stored transposed as panels [ceil(M / P), C, P], the convolve's impl becoming "pointwise" (ks::conv_pointwise: the
-positions as the register tiles' rows, the output channels as their panels).
+positions as the register tiles' rows, the output channels as their panels); a convolution with a window over few
+positions likewise, its kernel's transpose [C·K, M] stored as panels block by block (prims/convolve.py: window_panels)
+and its window's sides kept as the param `window`.
 On a target without a vector unit (`vectors` false: a microcontroller) the panels are 4 columns wide
 (lowering.DOT_PANEL), which ks::packed_gemm reads there as 4 dot products at a time (ks::tiles::panel_dots):
 at most 3 zero-padded columns instead of 15.

@@ -1430,38 +1430,47 @@ KS_OWN_FRAME void pointwise_block(int64_t n, int64_t kc, const tiles::row_tiles<
                                                                    ld, cols, load_c, false, 0, epilogue<T>{});
 }
 
-// The convolution `given` (windowed) of images [g0, g1) (at most window_images) transposed: per block of input
-// channels (window_channels), each image's channels of the block padded, its im2col rows for them copied into `cols`
-// ([rows of the block][images · n]: the images' positions side by side), and the tall tiles add yᵀ [images · n, M] +=
-// im2colᵀ · wᵀ, the block's panels of wᵀ (stored block by block) read once for all the images, the next ones
-// prefetched as the tiles run; then each image's yᵀ copied out into y with the epilogue (untranspose).
+// The im2col rows of input channels [c0, c0 + k) of images [g0, g1) of the convolution `given` (windowed) into cols
+// ([k · taps][(g1 - g0) · n]: the images' positions side by side), each image's channels padded first when the windows
+// reach outside it. (Out of line: the shape of the block's padded channels in a frame of its own.)
 template <class T>
-__attribute__((noinline)) void windowed_images(const conv_shape& given, int64_t g0, int64_t g1, const T* x, const T* w,
+__attribute__((noinline)) void window_cols(const conv_shape& given, conv_dim c0, conv_dim k, int64_t g0, int64_t g1,
+                                           const T* x, T* padded, T* cols, chunks<T>& cs) {
+    const bool pad = needs_padding(given);
+    conv_shape part = pad ? padded_shape(given) : given;  // (the shape the rows are read from)
+    part.channels = k;
+    const conv_dim n = conv_dim(given.positions()), count = conv_dim(g1 - g0) * n;
+    for (int64_t image = g0; image < g1; ++image) {
+        const T* xi = x + (image * given.channels + c0) * given.in_plane();
+        if (pad) {
+            pad_channels<T>(given, k, xi, padded);
+            xi = padded;
+        }
+        pack_strided<T>(part, xi, 0, k * given.taps(), 0, n, cols + conv_dim(image - g0) * n, count, 1, cs);
+    }
+}
+
+// The convolution `given` (windowed: canonical as it is) of images [g0, g1) (at most window_images) transposed: per
+// block of input channels (window_channels), the block's im2col rows of every image (window_cols), and the tall tiles
+// add yᵀ [images · n, M] += im2colᵀ · wᵀ, the block's panels of wᵀ (stored block by block) read once for all the
+// images, the next ones prefetched as the tiles run; then each image's yᵀ copied out into y with the epilogue
+// (untranspose).
+template <class T>
+__attribute__((noinline)) void windowed_images(const conv_shape& s, int64_t g0, int64_t g1, const T* x, const T* w,
                                                T* y, T* scratch, const epilogue<T>& epi) {
     constexpr int P = panel_width<T>;
-    const conv_shape s = canonical(given);
-    const conv_dim m = s.out_channels, n = conv_dim(s.positions()), taps = s.taps(), plane = s.in_plane();
+    const conv_dim m = s.out_channels, n = conv_dim(s.positions()), taps = s.taps();
     const conv_dim width = (m + P - 1) / P * P;
     const conv_dim cc = window_channels(s, sizeof(T)), rows = window_images(s) * n, count = conv_dim(g1 - g0) * n;
-    const bool pad = needs_padding(s);
-    conv_shape part = pad ? padded_shape(s) : s;  // (the shape the im2col rows are read from: a block's channels)
     T* padded = scratch;
     T* cols = padded + aligned(cc * extent(s, 0) * extent(s, 1) * extent(s, 2) + P);
     T* t = cols + aligned(cc * taps * rows);
     chunks<T>& cs = chunks_at(scratch, pointwise_scratch<T>(s));
     for (conv_dim c0 = 0; c0 < s.channels; c0 += cc) {
-        const conv_dim k = s.channels - c0 < cc ? s.channels - c0 : cc, kc = k * taps;
-        part.channels = k;
-        for (int64_t image = g0; image < g1; ++image) {
-            const T* xi = x + (image * s.channels + c0) * plane;
-            if (pad) {
-                pad_channels<T>(given, k, xi, padded);
-                xi = padded;
-            }
-            pack_strided<T>(part, xi, 0, kc, 0, n, cols + conv_dim(image - g0) * n, count, 1, cs);
-        }
-        pointwise_block<T>(count, kc, tiles::rows_of(cols, 1, count),
-                           tiles::panel_rows<T>{w + c0 * taps * width, P, kc * P, true}, t, width, m, c0 > 0);
+        const conv_dim k = s.channels - c0 < cc ? s.channels - c0 : cc;
+        window_cols<T>(s, c0, k, g0, g1, x, padded, cols, cs);
+        pointwise_block<T>(count, k * taps, tiles::rows_of(cols, 1, count),
+                           tiles::panel_rows<T>{w + c0 * taps * width, P, k * taps * P, true}, t, width, m, c0 > 0);
     }
     for (int64_t image = g0; image < g1; ++image) {
         const epilogue<T> eg = epi.group(image, 0);
