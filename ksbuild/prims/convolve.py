@@ -10,7 +10,9 @@ convolve[strides, pads, dilations, groups, impl, epilogue?](x, w, *extra) -> y
     ks::conv_dots (a target without a vector unit: transforms/dot_convs.py; each output position's window gathered,
     then dotted with the kernel's rows), "pointwise" ks::conv_pointwise (a pointwise convolution over few positions
     computed transposed, the positions as the register tiles' rows: w is then the kernel's transpose stored as
-    panels [ceil(M / P), C, P] by transforms/layout_constants.py, and the param `cols` is M). The epilogue
+    panels [ceil(M / P), C, P] by transforms/layout_constants.py, and the param `cols` is M; a convolution with a
+    window, taps, a stride or padding, over few positions likewise by its im2col blocks: its kernel's transpose
+    [C·K, M] stored as panels block by block, window_panels, and the param `window` its spatial sides). The epilogue
     (transforms/fuse_epilogue.py) is called with the image, the output channel and the flat output position.
 winograd_kernel(w) -> u
     u [16, C, M] = G g Gᵀ for each 3×3 kernel g of w [M, C, 3, 3] (ks::winograd_kernel); a constant w is
@@ -38,6 +40,7 @@ from .lowering import (
     apply_in_place,
     epilogue_type,
     from_panels,
+    to_panels,
 )
 
 # Winograd's F(2×2, 3×3) (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks", 2016): the
@@ -62,6 +65,13 @@ POINTWISE_MIN_POSITIONS = 16
 # the channels, the products' saving grows with them (AVX-512, 14 × 14: 384 -> 64 channels 1.11 -> 0.95 onnxruntime's
 # time, 64 -> 384 1.00 -> 1.25; 7 × 7: 320 -> 1280 1.19 -> 1.13, 160 -> 960 1.17 -> 1.16).
 POINTWISE_MIN_DEPTH = 192
+# A convolution with a window (taps, a stride or padding) taken by ks::conv_pointwise the same way, by its im2col blocks
+# (docs/performance.md: ResNet-18's 3 × 3 layers at 7 × 7 at batch 1, whose last panel of 16 positions held one):
+# its kernel's transpose [C·K, M] stored as panels block by block, each block the rows of WINDOW_BLOCK_BYTES of it
+# (ks::convs::window_channels: whole input channels), and at most WINDOW_MAX_ROWS output rows (pack_strided's chunks:
+# one run per output row, at most 2 · 4 panels of positions' worth).
+WINDOW_BLOCK_BYTES = 512 * 1024
+WINDOW_MAX_ROWS = 64
 
 
 IMPLS = ("tiles", "gemm", "winograd", "depthwise", "dots", "pointwise")
@@ -118,8 +128,40 @@ def given_kernel(w: Type, params) -> Type:
     if params.get("impl") == "winograd":
         return _kernel_type(w)
     if params.get("impl") == "pointwise":
-        return Type(w.dtype, (params["cols"], w.shape[1]) + (1,) * len(params["strides"]))
+        window = tuple(params.get("window", (1,) * len(params["strides"])))
+        return Type(w.dtype, (params["cols"], w.shape[1] // math.prod(window)) + window)
     return w
+
+
+def window_channels(channels: int, out_channels: int, taps: int, size: int) -> int:
+    """ks::convs::window_channels: the input channels of one block of a windowed kernel's panels."""
+    return max(1, min(channels, WINDOW_BLOCK_BYTES // (out_channels * taps * size)))
+
+
+def window_panels(kernel: np.ndarray) -> np.ndarray:
+    """The transpose [C·K, M] of a kernel [M, C, window...] as panels [ceil(M / P), C·K, P] stored block by block
+    (each block's rows, window_channels input channels' worth, as to_panels stores them, one block after the other):
+    what ks::conv_pointwise reads for a convolution with a window."""
+    m, c = kernel.shape[:2]
+    taps = math.prod(kernel.shape[2:])
+    wt = kernel.reshape(m, c * taps).T
+    cc = window_channels(c, m, taps, kernel.dtype.itemsize)
+    blocks = [to_panels(wt[c0 * taps:(c0 + cc) * taps]).ravel() for c0 in range(0, c, cc)]
+    return np.concatenate(blocks).reshape(-(-m // (64 // kernel.dtype.itemsize)), c * taps, -1)
+
+
+def window_kernel(panels: np.ndarray, cols: int, window: tuple) -> np.ndarray:
+    """The kernel [cols, C, window...] that window_panels stored."""
+    j, depth, p = panels.shape
+    taps = math.prod(window)
+    c = depth // taps
+    cc = window_channels(c, cols, taps, panels.dtype.itemsize)
+    flat, rows, at = panels.ravel(), [], 0
+    for c0 in range(0, c, cc):
+        kc = min(cc, c - c0) * taps
+        rows.append(from_panels(flat[at:at + j * kc * p].reshape(j, kc, p), cols))
+        at += j * kc * p
+    return np.concatenate(rows).T.reshape((cols, c) + tuple(window))
 
 
 def pointwise_applies(x: Type, w: Type, y: Type, params) -> bool:
@@ -131,23 +173,30 @@ def pointwise_applies(x: Type, w: Type, y: Type, params) -> bool:
     k = x.rank - 2
     if params.get("impl") != "tiles" or x.dtype not in ("f32", "f64") or params["groups"] != 1 or k < 1:
         return False
-    if tuple(w.shape[2:]) != (1,) * k or tuple(params["strides"]) != (1,) * k or any(params["pads"]) or \
-            tuple(params["dilations"]) != (1,) * k:
-        return False
-    sizes = [*x.shape[1:], *y.shape[1:]]
+    sizes = [*x.shape[1:], *y.shape[1:], *w.shape[2:]]
     if not all(isinstance(d, int) for d in sizes):
         return False
     n, panel = math.prod(y.shape[2:]), 64 // element_bytes(x.dtype)
-    return n >= POINTWISE_MIN_POSITIONS and 0 < n % panel <= POINTWISE_MAX_TAIL * panel and \
-        x.shape[1] >= POINTWISE_MIN_DEPTH
+    if n < POINTWISE_MIN_POSITIONS or not 0 < n % panel <= POINTWISE_MAX_TAIL * panel or \
+            x.shape[1] * math.prod(w.shape[2:]) < POINTWISE_MIN_DEPTH:
+        return False
+    return not windowed(x, w, y, params) or math.prod(y.shape[2:-1]) <= WINDOW_MAX_ROWS
+
+
+def windowed(x: Type, w: Type, y: Type, params) -> bool:
+    """Whether a convolution is not a pointwise one (ks::convs::windowed: taps, a stride or padding)."""
+    k = x.rank - 2
+    return tuple(w.shape[2:]) != (1,) * k or tuple(params["strides"]) != (1,) * k or any(params["pads"]) or \
+        tuple(x.shape[2:]) != tuple(y.shape[2:])
 
 
 def _convolve_rule(in_types, impl, epilogue=None, **geometry):
     if impl not in IMPLS:
         raise KsbuildError(f"internal: unknown convolution implementation '{impl}'")
     x, w = in_types[:2]
-    cols = geometry.pop("cols", None)
-    (y,) = _conv_prim.type_rule((x, given_kernel(w, dict(geometry, impl=impl, cols=cols))), **geometry)
+    cols, window = geometry.pop("cols", None), geometry.pop("window", None)
+    extra = {"window": window} if window is not None else {}
+    (y,) = _conv_prim.type_rule((x, given_kernel(w, dict(geometry, impl=impl, cols=cols, **extra))), **geometry)
     return (epilogue_type(y, in_types[2:], epilogue),)
 
 
@@ -157,9 +206,11 @@ def _convolve_rows(eqn: Eqn, n):
     return first_rows(eqn, n) if eqn.params.get("epilogue") is None else None
 
 
-def _convolve_eval(x, w, *extra, impl, env, epilogue=None, cols=None, **geometry):
+def _convolve_eval(x, w, *extra, impl, env, epilogue=None, cols=None, window=None, **geometry):
     if impl == "winograd":
         w = winograd_untransform(w)
+    elif impl == "pointwise" and window is not None:
+        w = window_kernel(w, cols, window)
     elif impl == "pointwise":
         w = from_panels(w, cols).T.reshape((cols, w.shape[1]) + (1,) * len(geometry["strides"]))
     (y,) = _conv_prim.eval(x, w, env=env, **geometry)
@@ -336,7 +387,7 @@ def _convolve_scratch(eqn: Eqn, tiles) -> int | None:
           "gemm": lambda s, n, t: scratch_sizes.conv_scratch(s, n, t, rows=True),
           "winograd": scratch_sizes.winograd_scratch, "depthwise": scratch_sizes.depthwise_scratch,
           "dots": lambda s, n, t: scratch_sizes.dots_scratch(s),
-          "pointwise": lambda s, n, t: scratch_sizes.pointwise_scratch(s, n)}[impl]
+          "pointwise": scratch_sizes.pointwise_scratch}[impl]
 
     def elements(t) -> int:
         n = of(s, size, t)

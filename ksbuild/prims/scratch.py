@@ -296,9 +296,17 @@ def depthwise_scratch(s: ConvShape, size: int, t: Tiles) -> int:
 
 # ---- ks::tiled_gemm (prelude/ks/gemm.h) and parts (prelude/ks/parts.h) ---------------------------------------------
 
-def pointwise_scratch(s: ConvShape, size: int) -> int:
-    """ks::pointwise_scratch<T>(s): the transposed result of two panels of output channels."""
-    return _aligned(s.positions() * 2 * _panel(size))
+def pointwise_scratch(s: ConvShape, size: int, t: Tiles) -> int:
+    """ks::pointwise_scratch<T>(s): the transposed result of two panels of output channels; with a window
+    (convs::windowed), a block's channels padded, its im2col rows for a group of images and their transposed result."""
+    windowed = s.taps() > 1 or math.prod(s.stride) > 1 or sum(s.pad) > 0 or s.out != s.inp
+    if not windowed:
+        return _aligned(s.positions() * 2 * _panel(size))
+    cc = max(1, min(s.channels, 512 * 1024 // (s.out_channels * s.taps() * size)))  # (convs::window_channels)
+    rows = max(1, 256 // s.positions()) * s.positions()  # (convs::window_images)
+    padded = cc * _extent(s, 0) * _extent(s, 1) * _extent(s, 2) + _panel(size)
+    width = -(-s.out_channels // _panel(size)) * _panel(size)
+    return _aligned(padded) + _aligned(cc * s.taps() * rows) + _aligned(rows * width) + _chunks_room(size, t)
 
 
 def dots_scratch(s: ConvShape) -> int:

@@ -14,7 +14,9 @@ Winograd convolution (a `winograd_kernel` of a constant) is transformed here too
 int8 weights are packed for the integer kernels (a `qpack` of a constant, prims/qlinear.py). The constant kernel
 [M, C, 1, 1] of a pointwise convolution over few positions (prims/convolve.py: pointwise_applies; one thread) is
 stored transposed as panels [ceil(M / P), C, P], the convolve's impl becoming "pointwise" (ks::conv_pointwise: the
-positions as the register tiles' rows, the output channels as their panels).
+positions as the register tiles' rows, the output channels as their panels); a convolution with a window over few
+positions likewise, its kernel's transpose [C·K, M] stored as panels block by block (prims/convolve.py: window_panels)
+and its window's sides kept as the param `window`.
 On a target without a vector unit (`vectors` false: a microcontroller) the panels are 4 columns wide
 (lowering.DOT_PANEL), which ks::packed_gemm reads there as 4 dot products at a time (ks::tiles::panel_dots):
 at most 3 zero-padded columns instead of 15.
@@ -25,7 +27,7 @@ import collections
 
 from ..ir.core import Func, Var
 from ..ir.dense import Dense
-from ..prims.convolve import pointwise_applies
+from ..prims.convolve import pointwise_applies, window_panels, windowed
 from ..prims.lowering import gemm_axes, to_panels
 from ..prims.tensor import parse_spec
 from .dce import dce
@@ -68,6 +70,9 @@ def layout_constants(f: Func, vectors: bool = True, threads: int = 0) -> Func:
                 return None
             changed = True
             params = dict(eqn.params, impl="pointwise", cols=eqn.ins[1].type.shape[0])
+            x, w, y = eqn.ins[0].type, eqn.ins[1].type, eqn.outs[0].type
+            if windowed(x, w, y, eqn.params):  # (the kernel's window, which the panels' shape no longer says)
+                params["window"] = tuple(w.shape[2:])
             return bind_like(b, eqn, eqn.prim, [ins[0], b.constant(value=panels)] + list(ins[2:]), params)
         if eqn.prim.name != "contract" or eqn.params["impl"] in ("loops", "dense") or not single:
             return None
@@ -148,6 +153,8 @@ def _pointwise_panels(eqn, kernels: dict, uses) -> Dense | None:
     if w not in kernels or uses[w] != 1 or not pointwise_applies(x.type, w.type, eqn.outs[0].type, eqn.params):
         return None
     kernel = kernels[w].array()
+    if windowed(x.type, w.type, eqn.outs[0].type, eqn.params):
+        return Dense.of(window_panels(kernel))
     return Dense.of(to_panels(kernel.reshape(kernel.shape[:2]).T))
 
 

@@ -1356,9 +1356,46 @@ void conv_rows(const conv_shape& shape, int64_t images, const T* x, const T* w, 
 // k step) and the output channels as their panels (wᵀ stored as panels when the package was compiled:
 // transforms/layout_constants.py), so that only the last tile of rows is partial. The tiles store yᵀ into scratch;
 // then each output channel's row is copied out of it into y with the epilogue.
+namespace convs {
+
+// Whether ks::conv_pointwise computes a convolution with a window (taps, a stride or padding: not a pointwise one) by
+// its im2col blocks: yᵀ [n, M] = im2colᵀ [n, C·K] · wᵀ [C·K, M] (windowed_block below).
+constexpr bool windowed(const conv_shape& s) {
+    return s.taps() > 1 || s.stride[0] * s.stride[1] * s.stride[2] > 1 || s.pad[0] + s.pad[1] + s.pad[2] > 0 ||
+           s.out[0] != s.in[0] || s.out[1] != s.in[1] || s.out[2] != s.in[2];
+}
+
+// The input channels of one block of a windowed kernel: as many as keep the block's rows of all output channels within
+// chunk_bytes (as the `chunks` method's, at least one), all of them at most. The kernel's panels are stored block by
+// block ([blocks][ceil(M / P)][rows of the block][P]: transforms/layout_constants.py, prims/convolve.py's
+// window_panels), so that the tiles' prefetch of the next panels (tiles::panel_rows::next) reads one run.
+constexpr conv_dim window_channels(const conv_shape& s, int64_t bytes) {
+    const int64_t per = s.out_channels * s.taps() * bytes;
+    const int64_t cc = tiles::index_div(512 * 1024, per);
+    return conv_dim(cc < 1 ? 1 : (cc > s.channels ? s.channels : cc));
+}
+
+// The images whose positions one windowed block takes as the tiles' rows (at most window_rows of them, one at least),
+// so that each block of the kernel's panels is read from memory once for them.
+constexpr conv_dim window_rows = 256;
+constexpr conv_dim window_images(const conv_shape& s) {
+    const conv_dim g = conv_dim(tiles::index_div(window_rows, s.positions()));
+    return g < 1 ? 1 : g;
+}
+
+}  // namespace convs
+
 template <class T>
 constexpr int64_t pointwise_scratch(const conv_shape& s) {
-    return convs::aligned(s.positions() * 2 * panel_width<T>);
+    if (!convs::windowed(s)) {
+        return convs::aligned(s.positions() * 2 * panel_width<T>);
+    }
+    // a block's channels padded, its im2col rows for a group of images, their yᵀ [images · n][ceil(M / P) · P]
+    const int64_t cc = convs::window_channels(s, sizeof(T)), rows = convs::window_images(s) * s.positions();
+    const int64_t padded = cc * convs::extent(s, 0) * convs::extent(s, 1) * convs::extent(s, 2) + panel_width<T>;
+    const int64_t width = (s.out_channels + panel_width<T> - 1) / panel_width<T> * panel_width<T>;
+    return convs::aligned(padded) + convs::aligned(cc * s.taps() * rows) + convs::aligned(rows * width) +
+           convs::chunks_room<T>();
 }
 
 namespace convs {
@@ -1393,14 +1430,75 @@ KS_OWN_FRAME void pointwise_block(int64_t n, int64_t kc, const tiles::row_tiles<
                                                                    ld, cols, load_c, false, 0, epilogue<T>{});
 }
 
+// The im2col rows of input channels [c0, c0 + k) of images [g0, g1) of the convolution `given` (windowed) into cols
+// ([k · taps][(g1 - g0) · n]: the images' positions side by side), each image's channels padded first when the windows
+// reach outside it. (Out of line: the shape of the block's padded channels in a frame of its own.)
+template <class T>
+__attribute__((noinline)) void window_cols(const conv_shape& given, conv_dim c0, conv_dim k, int64_t g0, int64_t g1,
+                                           const T* x, T* padded, T* cols, chunks<T>& cs) {
+    const bool pad = needs_padding(given);
+    conv_shape part = pad ? padded_shape(given) : given;  // (the shape the rows are read from)
+    part.channels = k;
+    const conv_dim n = conv_dim(given.positions()), count = conv_dim(g1 - g0) * n;
+    for (int64_t image = g0; image < g1; ++image) {
+        const T* xi = x + (image * given.channels + c0) * given.in_plane();
+        if (pad) {
+            pad_channels<T>(given, k, xi, padded);
+            xi = padded;
+        }
+        pack_strided<T>(part, xi, 0, k * given.taps(), 0, n, cols + conv_dim(image - g0) * n, count, 1, cs);
+    }
+}
+
+// The convolution `given` (windowed: canonical as it is) of images [g0, g1) (at most window_images) transposed: per
+// block of input channels (window_channels), the block's im2col rows of every image (window_cols), and the tall tiles
+// add yᵀ [images · n, M] += im2colᵀ · wᵀ, the block's panels of wᵀ (stored block by block) read once for all the
+// images, the next ones prefetched as the tiles run; then each image's yᵀ copied out into y with the epilogue
+// (untranspose).
+template <class T>
+__attribute__((noinline)) void windowed_images(const conv_shape& s, int64_t g0, int64_t g1, const T* x, const T* w,
+                                               T* y, T* scratch, const epilogue<T>& epi) {
+    constexpr int P = panel_width<T>;
+    const conv_dim m = s.out_channels, n = conv_dim(s.positions()), taps = s.taps();
+    const conv_dim width = (m + P - 1) / P * P;
+    const conv_dim cc = window_channels(s, sizeof(T)), rows = window_images(s) * n, count = conv_dim(g1 - g0) * n;
+    T* padded = scratch;
+    T* cols = padded + aligned(cc * extent(s, 0) * extent(s, 1) * extent(s, 2) + P);
+    T* t = cols + aligned(cc * taps * rows);
+    chunks<T>& cs = chunks_at(scratch, pointwise_scratch<T>(s));
+    for (conv_dim c0 = 0; c0 < s.channels; c0 += cc) {
+        const conv_dim k = s.channels - c0 < cc ? s.channels - c0 : cc;
+        window_cols<T>(s, c0, k, g0, g1, x, padded, cols, cs);
+        pointwise_block<T>(count, k * taps, tiles::rows_of(cols, 1, count),
+                           tiles::panel_rows<T>{w + c0 * taps * width, P, k * taps * P, true}, t, width, m, c0 > 0);
+    }
+    for (int64_t image = g0; image < g1; ++image) {
+        const epilogue<T> eg = epi.group(image, 0);
+        for (int64_t u = 0; u < m; u += P) {
+            untranspose<T>(t + (image - g0) * n * width + u, width, m - u < P ? m - u : P, n, y + (image * m + u) * n,
+                           eg, u);
+        }
+    }
+}
+
 }  // namespace convs
 
 // y [images, M, n] = epi(conv(x [images, C, n], w)) for a pointwise convolution s, its kernel w [M, C] stored
-// transposed as panels (ks::panels of wᵀ [C, M]; scratch: pointwise_scratch elements).
+// transposed as panels (ks::panels of wᵀ [C, M]; scratch: pointwise_scratch elements). A convolution with a window
+// (convs::windowed: taps, a stride, padding) by its im2col blocks the same way, its kernel's transpose wᵀ [C·K, M]
+// stored as panels block by block (convs::window_channels), a group of images at a time (convs::windowed_images).
 template <class T>
 void conv_pointwise(const conv_shape& s, int64_t images, const T* x, const T* w, T* y, T* scratch,
                     const epilogue<T>& epi = {}) {
     constexpr int P = panel_width<T>, NP = 2;  // (two panels of output channels at a time: AVX-512's tiles)
+    if (convs::windowed(s)) {
+        const int64_t group = convs::window_images(s);
+        for (int64_t g0 = 0; g0 < images; g0 += group) {
+            convs::windowed_images<T>(s, g0, images - g0 < group ? images : g0 + group, tiles::opaque(x),
+                                      tiles::opaque(w), y, scratch, epi);
+        }
+        return;
+    }
     const int64_t m = s.out_channels, depth = s.channels, n = s.positions(), step = tiles::k_step(depth);
     for (int64_t image = 0; image < images; ++image) {
         const T* xi = tiles::opaque(x + image * depth * n);
