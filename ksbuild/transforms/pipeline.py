@@ -21,6 +21,7 @@ from .fuse import fuse
 from .fuse_epilogue import fuse_epilogue
 from .gather_early import gather_early
 from .hoist import hoist
+from .triangles import triangles
 from .join import join
 from .layout_constants import layout_constants
 from .narrow_qpacks import narrow_qpacks
@@ -67,6 +68,9 @@ PASSES = [
          "an int8 model's float region from one 8-bit tensor to an 8-bit result becomes a 256-entry table lookup"),
     Pass("hoist", lambda f, o: simplify(hoist(f)),
          "costly values every iteration of a loop recomputes are computed before it (then simplify again)"),
+    Pass("triangles", lambda f, o: simplify(triangles(f)),
+         "a triangular sum computed row by row (for r: for c in range(r): row += ...) is running sums updated "
+         "column by column"),
     Pass("join", lambda f, o: join(f), "a concatenation (pieces padded with zeros and added) copies each piece once"),
     Pass("select_backend", lambda f, o: select_backend(f, get_backend(o.backend), o.threads),
          "einsums become loop nests or matrix product calls"),
