@@ -3,12 +3,12 @@ the same values to the last bit (the reference interpreter on the IR before and 
 compiled forms are checked against torch by test_bounded_loops.py, test_loops_speed.py and the gmm golden)."""
 import numpy as np
 import pytest
+from source_kernels import ir_getter
 
 from ksbuild.ir.interp import eval_func
-from ksbuild.transforms.pipeline import lower
 from ksbuild.transforms import triangles as triangles_module
+from ksbuild.transforms.pipeline import lower
 from ksbuild.transforms.triangles import triangles
-from source_kernels import ir_getter
 
 SOURCE = '''
 import torch
@@ -79,7 +79,8 @@ def test_column_by_column_gives_the_same_bits(ir, name, columns_from, monkeypatc
     (branch,) = [e for e in after.eqns if e.prim.name == "cond"]
     columns = branch.params["then_fn"]
     outer = [e for e in columns.eqns if e.prim.name == "loop"][-1]
-    assert len(list(_loops(columns))) in (3, 4) and not list(_loops(outer.params["body"]))  # (first terms: a loop or a literal)
+    # (the rows' first terms: a loop, or a literal)
+    assert len(list(_loops(columns))) in (3, 4) and not list(_loops(outer.params["body"]))
     rng = np.random.default_rng(7)
     for d in (0, 1, 2, 3, 7, 8, 9, 20):
         args = _args(name, d, rng)

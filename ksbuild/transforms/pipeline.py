@@ -21,7 +21,6 @@ from .fuse import fuse
 from .fuse_epilogue import fuse_epilogue
 from .gather_early import gather_early
 from .hoist import hoist
-from .triangles import triangles
 from .join import join
 from .layout_constants import layout_constants
 from .narrow_qpacks import narrow_qpacks
@@ -32,6 +31,7 @@ from .select_backend import select_backend
 from .simplify import simplify
 from .step_projections import step_projections
 from .tabulate import tabulate
+from .triangles import triangles
 from .unroll import unroll
 from .window_pools import window_pools
 
