@@ -14,7 +14,8 @@ is the same (the reference interpreter's values bit for bit). Both forms are kep
 (a literal N picks one when simplify runs): short triangles run the row-by-row loops as before. What changes is the
 order of the work: the row-by-row form is one serial chain of r dependent adds per row, each waiting for the last;
 column by column the N - c - 1 adds of a step are independent (d running sums, as ADBench's hand-written GMM updates
-Q(x - mu) column by column: benchmarks/loops/hand.cpp). GradBench-style loop code ported from C (benchmarks/loops/kernels.py: the GMM's `for c in range(r)` over the triangle of Q_k).
+Q(x - mu) column by column: benchmarks/loops/hand.cpp). Loop code ported from C has this shape (benchmarks/loops/
+kernels.py: the GMM's `for c in range(r)` over the triangle of Q_k).
 """
 from __future__ import annotations
 
