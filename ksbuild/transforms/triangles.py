@@ -179,6 +179,7 @@ def _columns(b: Builder, outer: Eqn, inner: Eqn, n: Atom, consts: list, rows: At
     def row_step(bb: Builder, ps):  # (j, c, N, consts..., rows): r = c + 1 + j
         j, c, _, *cs, rws = ps
         rr = bb.add(bb.add(c, Lit(1, i64)), j)
+        bb.name(rr, body.params[0].hint)  # (the row: the outer loop's counter)
         env = dict(zip(body.params[:1 + nc], [rr, *cs]))
         _replay(bb, pre, env)
         ienv = dict(zip(ibody.params[:1 + inc], [c, *[env.get(a, a) if isinstance(a, Var) else a for a in iconsts]]))
@@ -189,8 +190,7 @@ def _columns(b: Builder, outer: Eqn, inner: Eqn, n: Atom, consts: list, rows: At
     def column(bb: Builder, ps):  # (c, N, consts..., rows)
         c, nn, *cs, rws = ps
         trip = bb.sub(bb.sub(nn, c), Lit(1, i64))
-        f = wrap("column", [i64, i64, i64] + [a.type for a in cs] + [rws.type], row_step,
-                 hints=(ibody.params[0].hint or "r",))
+        f = wrap("column", [i64, i64, i64] + [a.type for a in cs] + [rws.type], row_step, hints=("below",))
         params = dict(body=f, n_consts=2 + len(cs), n_carry=1, length=length, reverse=False)
         return [bb.bind(PRIMS_LOOP, [trip, c, nn, *cs, rws], params)[0]]
 
