@@ -216,7 +216,11 @@ def test_gradient_of_tri_is_linear_time_by_construction(ir):
     assert [str(a.type) for a in inner.ins[1:1 + inner.params["n_consts"]]].count("f64[d, d]") == 0
     g = lower(vjp_func(ir("tri")))
     forward = [e for e in loops(g) if not e.params["reverse"]]
-    assert len(forward) == 2 and len(forward[1].outs) == forward[1].params["n_carry"]
+    stacking = [e for e in forward if len(e.outs) > e.params["n_carry"]]
+    # the loop over r stacks its residuals; the sum over c stores nothing per iteration, as one loop inside it or
+    # (transforms/triangles.py, in the branch for 8 rows or more) as the loops over columns and rows before it
+    assert stacking
+    assert not [x for e in stacking for x in loops(e.params["body"]) if len(x.outs) > x.params["n_carry"]]
     for e in loops(g):
         if e.params["reverse"]:
             assert not [x for x in e.params["body"].eqns if x.prim.name == "add" and x.outs[0].type.rank], \

@@ -44,12 +44,15 @@ def test_gmm_loops_count_with_the_users_names_under_a_comment_naming_their_line(
                           ("r", "alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum("),
                           ("c", "+ sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1]")]:
         opening = f"for (int64_t {counter} = 0; {counter} < "
+        if counter == "r":  # (the row-by-row form: the branch for fewer than 8 rows, transforms/triangles.py)
+            head = body.index("} else {", head)
         head = next(j for j in range(head, len(body)) if body[j].startswith(opening))
         line = next(n for n, s in enumerate(source, 1) if s.strip().startswith(text))
         comment = next(body[j] for j in range(head, 0, -1) if body[j].startswith("// "))
         assert comment.startswith(f"// gmm.py:{line}: {text}") or comment == f"// gmm.py:{line} (continued)", \
             (counter, comment)
     assert not any(re.search(r"\b(k|i)\d+\b", line) for line in body), "a numbered counter where the user named one"
+    assert "for (int64_t c = 0; c < d; ++c) {" in body and "const int64_t r = ((c + int64_t{1}) + below);" in body
 
 
 def test_gmm_names_values_after_the_users_variables(gmm_cpp):

@@ -32,6 +32,7 @@ from .select_backend import select_backend
 from .simplify import simplify
 from .step_projections import step_projections
 from .tabulate import tabulate
+from .triangles import triangles
 from .unroll import unroll
 from .window_pools import window_pools
 
@@ -68,6 +69,9 @@ PASSES = [
          "an int8 model's float region from one 8-bit tensor to an 8-bit result becomes a 256-entry table lookup"),
     Pass("hoist", lambda f, o: simplify(hoist(f)),
          "costly values every iteration of a loop recomputes are computed before it (then simplify again)"),
+    Pass("triangles", lambda f, o: simplify(triangles(f)),
+         "a triangular sum computed row by row (for r: for c in range(r): row += ...) is running sums updated "
+         "column by column"),
     Pass("join", lambda f, o: join(f), "a concatenation (pieces padded with zeros and added) copies each piece once"),
     Pass("float_products", lambda f, o: float_products(f) if o.vectors else f,
          "an integer product whose int32 sums are converted to float and scaled gives float results itself"),

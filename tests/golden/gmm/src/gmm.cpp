@@ -2063,6 +2063,8 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
+    double* const r1 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(d);
     (void)next_slot;
     // gmm.py:86: (torch.exp(icf[k, r]) * (x[i, r] - means[k, r])
     for (int64_t k = 0; k < K; ++k) {
@@ -2085,24 +2087,56 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
                 icf_sum += icf_i;
             }
             const double add_alphas = (alphas[k] + icf_sum);
+            const bool ge_d = (d >= int64_t{8});
             // gmm.py:85 (continued)
             double sum;
-            sum = 0.0;
-            for (int64_t r = 0; r < d; ++r) {
-                const double x_sub_means = (x[i * d + r] - means[k * d + r]);
-                const double mul_x_sub_means = (exp_icf[k * d + r] * x_sub_means);
-                const int64_t max_r = ks::max(r, int64_t{0});
+            if (ge_d) {
                 // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
+                for (int64_t r = 0; r < d; ++r) {
+                    r1[r] = 0.0;
+                }
+                // gmm.py:87 (continued)
+                for (int64_t c = 0; c < d; ++c) {
+                    const int64_t sub_d_sub_c = ((d - c) - int64_t{1});
+                    for (int64_t below = 0; below < sub_d_sub_c; ++below) {
+                        const int64_t r = ((c + int64_t{1}) + below);
+                        const int64_t icf_at = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
+                        const double x_sub_means = (x[i * d + c] - means[k * d + c]);
+                        const double mul_icf = (icf[k * T + ks::clamp_index_nonneg(icf_at, T)] * x_sub_means);
+                        r1[r] += mul_icf;
+                    }
+                }
+                // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
                 double sum1;
                 sum1 = 0.0;
-                for (int64_t c = 0; c < max_r; ++c) {
-                    KS_SCALAR_LOOP();
-                    const int64_t icf_at = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
-                    const double x_sub_means1 = (x[i * d + c] - means[k * d + c]);
-                    const double mul_icf = (icf[k * T + ks::clamp_index_nonneg(icf_at, T)] * x_sub_means1);
-                    sum1 = (sum1 + mul_icf);
+                for (int64_t r = 0; r < d; ++r) {
+                    const double x_sub_means = (x[i * d + r] - means[k * d + r]);
+                    const double mul_x_sub_means = (exp_icf[k * d + r] * x_sub_means);
+                    const double add_rows = (mul_x_sub_means + r1[r]);
+                    sum1 = (sum1 + ks::ipow<2>(add_rows));
                 }
-                sum = (sum + ks::ipow<2>((mul_x_sub_means + sum1)));
+                sum = sum1;
+            } else {
+                // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
+                double sum1;
+                sum1 = 0.0;
+                for (int64_t r = 0; r < d; ++r) {
+                    const double x_sub_means = (x[i * d + r] - means[k * d + r]);
+                    const double mul_x_sub_means = (exp_icf[k * d + r] * x_sub_means);
+                    const int64_t max_r = ks::max(r, int64_t{0});
+                    // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
+                    double sum2;
+                    sum2 = 0.0;
+                    for (int64_t c = 0; c < max_r; ++c) {
+                        KS_SCALAR_LOOP();
+                        const int64_t icf_at = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
+                        const double x_sub_means1 = (x[i * d + c] - means[k * d + c]);
+                        const double mul_icf = (icf[k * T + ks::clamp_index_nonneg(icf_at, T)] * x_sub_means1);
+                        sum2 = (sum2 + mul_icf);
+                    }
+                    sum1 = (sum1 + ks::ipow<2>((mul_x_sub_means + sum2)));
+                }
+                sum = sum1;
             }
             const double sub_add_alphas = (add_alphas - (0.5 * sum));
             scores[k] = sub_add_alphas;
@@ -2209,7 +2243,7 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
 size_t gmm_gmm_tri_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
     (void)T;
     (void)n;
-    return ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K);
+    return ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(d);
 }
 
 
@@ -2222,7 +2256,7 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const exp_icf = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const add_sum = reinterpret_cast<double*>(next_slot);
+    double* const r1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const exp_sub_scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
@@ -2230,14 +2264,14 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     next_slot += ks::aligned_bytes<double>(n);
     double* const scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
+    double* const r2 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(d);
     double* const tmp = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const tmp1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
-    double* const r1 = reinterpret_cast<double*>(next_slot);
+    double* const r3 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
-    double* const r2 = reinterpret_cast<double*>(next_slot);
-    next_slot += ks::aligned_bytes<double>(d);
     (void)next_slot;
     double* const exp_sub_alphas = scores;  // reuses a dead buffer's space
     // gmm.py:86: (torch.exp(icf[k, r]) * (x[i, r] - means[k, r])
@@ -2259,26 +2293,59 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                 icf_sum += icf_i;
             }
             const double add_alphas = (alphas[k] + icf_sum);
+            const bool ge_d = (d >= int64_t{8});
             // gmm.py:85 (continued)
             double sum;
-            sum = 0.0;
-            for (int64_t r = 0; r < d; ++r) {
-                const double x_sub_means = (x[i * d + r] - means[k * d + r]);
-                const double mul_x_sub_means = (exp_icf[k * d + r] * x_sub_means);
-                const int64_t max_r = ks::max(r, int64_t{0});
+            if (ge_d) {
                 // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
+                for (int64_t r = 0; r < d; ++r) {
+                    r2[r] = 0.0;
+                }
+                // gmm.py:87 (continued)
+                for (int64_t c = 0; c < d; ++c) {
+                    const int64_t sub_d_sub_c = ((d - c) - int64_t{1});
+                    for (int64_t below = 0; below < sub_d_sub_c; ++below) {
+                        const int64_t r = ((c + int64_t{1}) + below);
+                        const int64_t icf_at = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
+                        const double x_sub_means = (x[i * d + c] - means[k * d + c]);
+                        const double mul_icf = (icf[k * T + ks::clamp_index_nonneg(icf_at, T)] * x_sub_means);
+                        r2[r] += mul_icf;
+                    }
+                }
+                // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
                 double sum1;
                 sum1 = 0.0;
-                for (int64_t c = 0; c < max_r; ++c) {
-                    KS_SCALAR_LOOP();
-                    const int64_t icf_at = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
-                    const double x_sub_means1 = (x[i * d + c] - means[k * d + c]);
-                    const double mul_icf = (icf[k * T + ks::clamp_index_nonneg(icf_at, T)] * x_sub_means1);
-                    sum1 = (sum1 + mul_icf);
+                for (int64_t r = 0; r < d; ++r) {
+                    const double x_sub_means = (x[i * d + r] - means[k * d + r]);
+                    const double mul_x_sub_means = (exp_icf[k * d + r] * x_sub_means);
+                    const double add_rows = (mul_x_sub_means + r2[r]);
+                    sum1 = (sum1 + ks::ipow<2>(add_rows));
+                    r1[i * (K * d) + k * d + r] = add_rows;
                 }
-                const double add_sum1 = (mul_x_sub_means + sum1);
-                sum = (sum + ks::ipow<2>(add_sum1));
-                add_sum[i * (K * d) + k * d + r] = add_sum1;
+                sum = sum1;
+            } else {
+                // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
+                double sum1;
+                sum1 = 0.0;
+                for (int64_t r = 0; r < d; ++r) {
+                    const double x_sub_means = (x[i * d + r] - means[k * d + r]);
+                    const double mul_x_sub_means = (exp_icf[k * d + r] * x_sub_means);
+                    const int64_t max_r = ks::max(r, int64_t{0});
+                    // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
+                    double sum2;
+                    sum2 = 0.0;
+                    for (int64_t c = 0; c < max_r; ++c) {
+                        KS_SCALAR_LOOP();
+                        const int64_t icf_at = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
+                        const double x_sub_means1 = (x[i * d + c] - means[k * d + c]);
+                        const double mul_icf = (icf[k * T + ks::clamp_index_nonneg(icf_at, T)] * x_sub_means1);
+                        sum2 = (sum2 + mul_icf);
+                    }
+                    const double add_sum = (mul_x_sub_means + sum2);
+                    sum1 = (sum1 + ks::ipow<2>(add_sum));
+                    r1[i * (K * d) + k * d + r] = add_sum;
+                }
+                sum = sum1;
             }
             const double sub_add_alphas = (add_alphas - (0.5 * sum));
             scores[k] = sub_add_alphas;
@@ -2399,21 +2466,22 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
             const double mul_d_scores = (d_scores[k] * (-1.0));
             const double d_sum = (mul_d_scores * 0.5);
             // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
+            double* const r4 = r2;  // reuses a dead buffer's space
             double d_sum1;
             for (int64_t j = 0; j < T; ++j) {
-                r1[j] = 0.0;
+                r3[j] = 0.0;
             }
             // gmm.py:85 (continued)
             for (int64_t j = 0; j < d; ++j) {
-                r2[j] = 0.0;
+                r4[j] = 0.0;
             }
             d_sum1 = d_sum;
             // gmm.py:85 (continued)
             for (int64_t r = d - 1; r >= 0; --r) {
                 const double x_sub_means = (x[i * d + r] - means[k * d + r]);
                 const int64_t max_r = ks::max(r, int64_t{0});
-                const double mul_add_sum = (2.0 * add_sum[i * (K * d) + k * d + r]);
-                const double d_sum2 = (d_sum1 * mul_add_sum);
+                const double t4 = (2.0 * r1[i * (K * d) + k * d + r]);
+                const double d_sum2 = (d_sum1 * t4);
                 // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
                 double d_sum3;
                 d_sum3 = d_sum2;
@@ -2424,25 +2492,25 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                     const double d_sum_mul_icf = (d_sum3 * icf[k * T + ks::clamp_index_nonneg(icf_at, T)]);
                     const double mul_d_sum = (d_sum3 * x_sub_means1);
                     const double mul_d_sum_mul_icf = (d_sum_mul_icf * (-1.0));
-                    r2[c] += mul_d_sum_mul_icf;
-                    r1[ks::clamp_index_nonneg(icf_at, T)] += mul_d_sum;
+                    r4[c] += mul_d_sum_mul_icf;
+                    r3[ks::clamp_index_nonneg(icf_at, T)] += mul_d_sum;
                 }
                 const double mul_d_sum = (d_sum2 * exp_icf[k * d + r]);
-                const double t4 = (mul_d_sum * (-1.0));
-                r2[r] += t4;
+                const double t5 = (mul_d_sum * (-1.0));
+                r4[r] += t5;
                 const double mulz_mul_d_sum = ks::mulz((d_sum2 * x_sub_means), exp_icf[k * d + r]);
-                r1[r] += mulz_mul_d_sum;
+                r3[r] += mulz_mul_d_sum;
             }
             // gmm.py:86: (torch.exp(icf[k, r]) * (x[i, r] - means[k, r])
             for (int64_t j = 0; j < d; ++j) {
-                out_d_means[k * d + j] += r2[j];
+                out_d_means[k * d + j] += r4[j];
             }
             // gmm.py:86 (continued)
             for (int64_t j = 0; j < T; ++j) {
-                out_d_icf[k * T + j] += r1[j];
+                out_d_icf[k * T + j] += r3[j];
             }
             // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
-            double* const pad_d_scores = r1;  // reuses a dead buffer's space
+            double* const pad_d_scores = r3;  // reuses a dead buffer's space
             for (int64_t j = 0; j < (T - d); ++j) {
                 pad_d_scores[d + j] = 0.0;
             }
@@ -2461,7 +2529,7 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
 }
 
 size_t gmm_gmm_tri_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(T) + ks::aligned_bytes<double>(d);
+    return ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(T);
 }
 
 
