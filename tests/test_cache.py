@@ -124,8 +124,10 @@ def test_key_covers_the_target(relu3_copy):
 
 def test_kernel_objects_are_keyed_by_pthread_not_by_the_thread_count(relu3_copy):
     """The kernel layer's object folder (package.kernel_cache): one for [build] threads 0 and 1, one for every count
-    above 1 (the kernel layer has no thread count in it: only -pthread differs), another for another cpu or
-    optimize, so that the suite's builds with threads = 1, 2 and 4 compile kernels.cpp twice, not four times."""
+    above 1 (the kernel layer has no thread count in it: only -pthread differs), another for another optimize or
+    for cpu = "native", so that the suite's builds with threads = 1, 2 and 4 compile kernels.cpp twice, not four
+    times. Another cpu shares the folder: the objects are named by their level (kernels_x86_64_v3.o), so a build
+    for x86-64-v4 takes the object a portable build compiled for that level."""
     from ksbuild.compile.targets import TARGETS
     from ksbuild.packaging.package import kernel_cache
     text = relu3_copy.read_text()
@@ -136,29 +138,31 @@ def test_kernel_objects_are_keyed_by_pthread_not_by_the_thread_count(relu3_copy)
 
     none, one, two, four = folder(""), folder("threads = 1"), folder("threads = 2"), folder("threads = 4")
     assert none == one and two == four and none != two
-    assert len({none, two, folder('cpu = "x86-64-v3"'), folder('optimize = "size"')}) == 4
+    assert folder('cpu = "x86-64-v3"') == folder('cpu = "x86-64-v4"') == none
+    assert len({none, two, folder('cpu = "native"'), folder('optimize = "size"')}) == 4
 
 
 def test_builds_started_together_compile_the_kernel_layer_once(tmp_path, private_cache, monkeypatch):
-    """Two builds that need the same missing kernel object (package._one_compile_of_the_kernels): the second waits
+    """Two builds that need the same missing kernel object (package.one_compile_of_the_kernels): the second waits
     for the first (which compiles and saves it) and says so; once the object is there, or for the other flavour
     (int8), or with a compiler launcher, nobody waits."""
     import threading
 
-    from ksbuild.packaging.package import _one_compile_of_the_kernels
+    from ksbuild.packaging.package import one_compile_of_the_kernels
     monkeypatch.delenv("CMAKE_CXX_COMPILER_LAUNCHER", raising=False)
     project, kernels = tmp_path / "project", private_cache / "kernels" / "k0"
     project.mkdir()
-    (project / "CMakeLists.txt").write_text("function(p_kernel_layer level march)\nendfunction()\n")
+    takes = "# This project takes (at its default CPU setting): kernels_x86_64_v4{}.o\n"
+    (project / "CMakeLists.txt").write_text("function(p_kernel_layer level march)\nendfunction()\n" + takes.format(""))
     events, said = [], []
     started = threading.Event()
 
     def second():
         started.set()
-        with _one_compile_of_the_kernels(project, kernels, said.append):
+        with one_compile_of_the_kernels(project, kernels, said.append):
             events.append("second")
 
-    with _one_compile_of_the_kernels(project, kernels, said.append):
+    with one_compile_of_the_kernels(project, kernels, said.append):
         waiting = threading.Thread(target=second)
         waiting.start()
         started.wait()
@@ -176,10 +180,10 @@ def test_builds_started_together_compile_the_kernel_layer_once(tmp_path, private
         got = []
 
         def other():
-            with _one_compile_of_the_kernels(project, kernels, got.append):
+            with one_compile_of_the_kernels(project, kernels, got.append):
                 pass
 
-        with _one_compile_of_the_kernels(project, kernels, got.append):
+        with one_compile_of_the_kernels(project, kernels, got.append):
             t = threading.Thread(target=other)
             t.start()
             t.join(0.5)
@@ -188,10 +192,12 @@ def test_builds_started_together_compile_the_kernel_layer_once(tmp_path, private
         return held or bool(got)
 
     layer = "function(p_kernel_layer level march)\n"
-    assert not waits(layer)  # (the object is there now)
-    assert waits(layer + "KS_KERNELS_INT8\n")  # (its integer flavour is not)
+    assert not waits(layer + takes.format(""))  # (the object is there now)
+    int8 = layer + takes.format("_int8")
+    assert waits(int8)  # (its integer flavour is not)
+    assert waits(layer + takes.format("").replace(": ", ": kernels_x86_64.o "))  # (nor another level's)
     monkeypatch.setenv("CMAKE_CXX_COMPILER_LAUNCHER", "ccache")
-    assert not waits(layer + "KS_KERNELS_INT8\n")
+    assert not waits(int8)
     monkeypatch.delenv("CMAKE_CXX_COMPILER_LAUNCHER")
     assert not waits("a project without the kernel layer\n")
 

@@ -14,7 +14,8 @@ from conftest import ROOT
 import ksbuild
 from ksbuild.compile.cmake import cmake_exe
 from ksbuild.compile.targets import TARGETS, X86_64_LEVELS, cpu_variants, host_level
-from ksbuild.packaging.package import render
+from ksbuild.manifest import load_manifest
+from ksbuild.packaging.package import kernel_cache, render
 from ksbuild.packaging.runtime import Package
 
 torch = pytest.importorskip("torch", reason="torch is the oracle")
@@ -110,16 +111,19 @@ def _check_against_torch(pkg) -> None:
 
 def test_every_level_computes_what_torch_does(manifest, tmp_path):
     """The portable library built once; its dispatch source rebuilt with levels_CPU_LEVEL_MAX = 0, 1, 2 (the levels
-    this CPU has), so that each level's build runs here in turn; each agrees with torch and with the others."""
+    this CPU has), so that each level's build runs here in turn; each agrees with torch and with the others. The
+    kernel layer's objects come from ksbuild's kernel cache, as in `ksbuild package` (compiled there if missing)."""
     src, build = tmp_path / "project", tmp_path / "build"
     render(manifest, src, progress=lambda s: None)
+    kernels = kernel_cache(load_manifest(manifest), TARGETS["host"])
     assert (src / "src/levels_dispatch.cpp").is_file()
     cmake = cmake_exe()
     results = []
     for cap in range(X86_64_LEVELS.index(host_level()) + 1):
         prefix = tmp_path / f"level{cap}"
         subprocess.run([cmake, "-S", str(src), "-B", str(build), "-Dlevels_PYTHON_MODULE=ON", "-Dlevels_WERROR=ON",
-                        f"-Dlevels_CPU_LEVEL_MAX={cap}"], check=True, capture_output=True)
+                        f"-Dlevels_CPU_LEVEL_MAX={cap}", f"-Dlevels_KERNEL_CACHE={kernels}"], check=True,
+                       capture_output=True)
         subprocess.run([cmake, "--build", str(build), "--parallel", "2"], check=True, capture_output=True)
         subprocess.run([cmake, "--install", str(build), "--prefix", str(prefix)], check=True, capture_output=True)
         pkg = Package(prefix)

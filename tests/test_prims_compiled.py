@@ -97,14 +97,14 @@ def _build(d, backend: str, fs: dict):
     from ksbuild.exports import Export
     from ksbuild.manifest import load_manifest
     from ksbuild.packaging.cache import file_lock, kernels_lock
-    from ksbuild.packaging.package import kernel_cache
+    from ksbuild.packaging.package import for_here, kernel_cache
     from ksbuild.packaging.render import render_project
     from ksbuild.packaging.runtime import Package
     d.mkdir()
     (d / "k.py").write_text("def k(x: float) -> float:\n    return x\n")
     (d / "manifest.toml").write_text(f'[package]\nname = "prims_{backend}"\n\n[build]\nbackend = "{backend}"\n\n'
                                      '[kernels.k]\npython = "k.py:k"\n\n[exports]\nk = "k"\n')
-    m = load_manifest(d / "manifest.toml")
+    m = for_here(load_manifest(d / "manifest.toml"), TARGETS["host"])  # (this machine's level: one compile)
     spec, kernel = next(iter(m.exports.values())), m.kernels["k"]
     exports = [Export(e, lowered(f.renamed(e), backend), spec, kernel) for e, f in fs.items()]
     render_project(m, exports, d / "project")

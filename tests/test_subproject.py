@@ -5,7 +5,8 @@ type and follow it otherwise; every option and cache variable is named after its
 
 The app is tests/subproject/; the packages are examples/relu3 (activations: scalar exports and the x86-64 dispatch)
 and lp below (log1p and a matrix product: its kernel layer is compiled, once, for the baseline). Eight builds of
-about 5 to 15 s each on 2 cores, and three configure-only runs."""
+about 5 to 15 s each on 2 cores, and three configure-only runs. The C++ app's Release builds take lp's kernel layer
+from ksbuild's kernel cache (lp_KERNEL_CACHE, as `ksbuild package` passes it) instead of compiling it again."""
 from __future__ import annotations
 
 import json
@@ -20,7 +21,9 @@ import pytest
 from conftest import ROOT
 
 from ksbuild.compile.cmake import cmake_exe
-from ksbuild.packaging.package import render
+from ksbuild.compile.targets import TARGETS
+from ksbuild.manifest import load_manifest
+from ksbuild.packaging.package import kernel_cache, package, render
 
 APP = ROOT / "tests/subproject"
 KERNEL = '''import math
@@ -75,6 +78,16 @@ def projects(tmp_path_factory) -> dict[str, Path]:
     return {"RELU3_DIR": root / "activations", "LP_DIR": root / "lp", "LP_ARCHIVE": root / "lp.tar.gz"}
 
 
+@pytest.fixture(scope="module")
+def lp_kernels(projects) -> Path:
+    """The kernel cache folder holding lp's kernel layer object: `ksbuild package` of lp compiles it (or finds it)."""
+    manifest = projects["LP_DIR"].parent / "lpsrc" / "manifest.toml"
+    package(manifest, projects["LP_DIR"].parent / "lp_installed", progress=lambda s: None)
+    folder = kernel_cache(load_manifest(manifest), TARGETS["host"])
+    assert list(folder.glob("kernels_*.o")), sorted(folder.iterdir())
+    return folder
+
+
 def configure(projects: dict[str, Path], build: Path, language: str, how: str, *defs: str) -> str:
     """cmake -S tests/subproject: the app in `language` (C or CXX) taking the packages by `how`; its output."""
     where = [f"-D{k}={v}" for k, v in projects.items() if how == "FetchContent" or k != "LP_ARCHIVE"]
@@ -124,12 +137,16 @@ def check_values(output: str) -> None:
 @pytest.mark.parametrize("build_type", ["default", "Debug"])
 @pytest.mark.parametrize("how", ["add_subdirectory", "FetchContent"])
 @pytest.mark.parametrize("language", ["C", "CXX"])
-def test_an_app_builds_and_links_two_packages(projects, tmp_path, language, how, build_type):
+def test_an_app_builds_and_links_two_packages(projects, request, tmp_path, language, how, build_type):
     """The app links activations::activations and lp::lp (a C app gets libm from them: lp calls log1pf) and
     prints their values; its cache keeps the build type it chose (none: empty, not Release); the packages'
-    objects are optimized as Release when the app set no build type and follow a Debug app (-g, no -O)."""
+    objects are optimized as Release when the app set no build type and follow a Debug app (-g, no -O). The C++
+    app's Release builds take lp's kernel layer from ksbuild's kernel cache: kernels.cpp is not compiled."""
     build = tmp_path / "b"
     chosen = [] if build_type == "default" else [f"-DCMAKE_BUILD_TYPE={build_type}"]
+    cached = language == "CXX" and build_type == "default"
+    if cached:
+        chosen.append(f"-Dlp_KERNEL_CACHE={request.getfixturevalue('lp_kernels')}")
     configure(projects, build, language, how, *chosen)
     output = _cmake("--build", str(build), "--parallel", "2")
     assert "warning:" not in output, output  # (lp builds without -Werror: its warnings would show here)
@@ -141,8 +158,9 @@ def test_an_app_builds_and_links_two_packages(projects, tmp_path, language, how,
     assert cache["CMAKE_BUILD_TYPE"] == ("" if build_type == "default" else build_type)
     assert cache["activations_WERROR"] == "ON" and cache["lp_WERROR"] == "OFF"  # each package's own [build] werror
     flags = compile_flags(build)
-    assert set(PACKAGE_SOURCES) <= set(flags), sorted(flags)
-    for source in PACKAGE_SOURCES:
+    sources = [s for s in PACKAGE_SOURCES if not (cached and s == "kernels.cpp")]
+    assert set(sources) <= set(flags) and (not cached or "kernels.cpp" not in flags), sorted(flags)
+    for source in sources:
         for command in flags[source]:
             if build_type == "default":
                 assert "-O3" in command and "-DNDEBUG" in command, (source, command)

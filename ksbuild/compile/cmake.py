@@ -38,7 +38,9 @@ def _compile_step(line: str) -> str | None:
         return None
     target, source = found.groups()
     if source.endswith("ks/kernels.cpp"):
-        return f"the kernel layer ({target.rpartition('_kernels_')[2].replace('_', '-')})"
+        level = target.rpartition("_kernels_")[2]
+        what = "the integer kernels" if level.endswith("_int8") else "the kernel layer"
+        return f"{what} ({level.removesuffix('_int8').replace('_', '-')})"
     level = re.search(r"_(x86_64(?:_v\d)?)$", target)
     return f"{Path(source).name}{' (' + level.group(1).replace('_', '-') + ')' if level else ''}"
 

@@ -15,7 +15,7 @@ Layout under cache_root() ($KSBUILD_CACHE, default ~/.cache/ksbuild):
   logs/                   logs of failed wheel builds
   dev/                    the manifests of ksbuild.kernel functions (the dev loop)
   locks/                  one lock file per key, per output folder and per kernel object folder (and one per
-                          kernel object being compiled: package.py: _one_compile_of_the_kernels)
+                          kernel object being compiled: package.py: one_compile_of_the_kernels)
 
 Concurrent `ksbuild package` runs serialize on the key's lock (one builds, the others reuse its
 result) and on the output folder's lock (one copies the tree in; the others find it current).

@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import importlib.util
 import json
+import re
 import os
 import shutil
 import tempfile
@@ -70,9 +71,13 @@ def kernel_cache(m: Manifest, t: Target) -> Path:
     """The cache folder of the kernel layer's objects (ks/kernels.h) for the build of m for t: keyed by the
     prelude, the project template, the target, its compiler and the flags that reach the kernels' compile. Of
     [build] threads only whether it is above 1 (-pthread): the kernel layer is compiled alike for 2 or 8 threads
-    (its parts are the generated code's, ks/parts.h), so those builds share one folder, as 0 and 1 do."""
+    (its parts are the generated code's, ks/parts.h), so those builds share one folder, as 0 and 1 do. Not
+    [build] cpu: an object's name says its level (kernels_<level>.o, the -march it is compiled with), so a build
+    for cpu = "x86-64-v4" (ksbuild.build's on such a machine) takes the v4 object a portable build compiled, and
+    the other way round; except cpu = "native", whose object differs from one machine to the next."""
     h = hashlib.sha256()
-    for part in (VERSION, m.build.cpu, _thread_flags(m), m.build.optimize, *build_identity(t)):
+    cpu = m.build.cpu if m.build.cpu == "native" else ""
+    for part in (VERSION, cpu, _thread_flags(m), m.build.optimize, *build_identity(t)):
         h.update(part.encode() + b"\0")
     for f in [resource_dir("templates") / "CMakeLists.txt.j2", *sorted((resource_dir("prelude") / "ks").iterdir())]:
         h.update(f.name.encode() + b"\0" + f.read_bytes())
@@ -277,7 +282,7 @@ def _compile(tmp: Path, m: Manifest, t: Target, log: Path, jobs, python_module, 
     """Build and install tmp/project into tmp/install, holding the kernel object folder's lock shared (so that
     `ksbuild cache clean` leaves the objects alone meanwhile), and measure the footprint."""
     kernels = kernel_cache(m, t)
-    with file_lock(cache.kernels_lock(kernels), shared=True), _one_compile_of_the_kernels(tmp / "project", kernels,
+    with file_lock(cache.kernels_lock(kernels), shared=True), one_compile_of_the_kernels(tmp / "project", kernels,
                                                                                           progress):
         build_and_install(tmp / "project", tmp / "build", tmp / "install", log=log, jobs=jobs, target=t,
                           python_module=python_module, progress=progress, kernel_cache=kernels)
@@ -286,9 +291,9 @@ def _compile(tmp: Path, m: Manifest, t: Target, log: Path, jobs, python_module, 
 
 
 @contextlib.contextmanager
-def _one_compile_of_the_kernels(project: Path, kernels: Path, progress):
-    """While the kernel object folder lacks the objects `project` would take from it (the kernel layer, or its
-    integer flavour), hold a lock that builds needing them take in turn: two builds with one compiler and flags
+def one_compile_of_the_kernels(project: Path, kernels: Path, progress):
+    """While the kernel object folder lacks an object `project` would take from it (its comment line "This project
+    takes": the float kernels, and the integer ones, of each level), hold a lock that builds needing them take in turn: two builds with one compiler and flags
     started together (two pytest-xdist workers, two terminals) compile kernels.cpp once, the second taking the
     first's object when it gets the lock, instead of side by side (34-44 s of CPU per object at -O3). With a
     compiler launcher (ccache) the project saves no object there: no lock."""
@@ -296,11 +301,11 @@ def _one_compile_of_the_kernels(project: Path, kernels: Path, progress):
     if "_kernel_layer level march)" not in text or os.environ.get("CMAKE_CXX_COMPILER_LAUNCHER"):
         yield
         return
-    flavour = "_int8" if "KS_KERNELS_INT8" in text else ""
-    have = [f for f in kernels.glob(f"kernels_*{flavour}.o") if flavour or not f.name.endswith("_int8.o")]
-    if have:
+    takes = re.search(r"^# This project takes \(at its default CPU setting\): (.*)$", text, re.MULTILINE)
+    if takes is None or all((kernels / name).is_file() for name in takes.group(1).split()):
         yield
         return
+    flavour = "_int8" if "_int8.o" in takes.group(1) else ""
     lock = cache.kernels_lock(kernels).with_name(f"kernels-{kernels.name}-compile{flavour}.lock")
     with file_lock(lock, wait=False) as got:
         if got:
@@ -315,7 +320,7 @@ def _describe_kernels(kernels: Path, m: Manifest, t: Target) -> None:
     """Write what a kernel object folder was built for into its about.json (for `ksbuild cache info`), once, and
     restart its age."""
     if kernels.is_dir() and not (kernels / "about.json").exists():
-        about = {"target": t.name, "cpu": m.build.cpu, "threads": m.build.threads > 1, "compiler": compiler_identity(t)}
+        about = {"target": t.name, "threads": m.build.threads > 1, "compiler": compiler_identity(t)}
         with contextlib.suppress(OSError):  # (a description only: never fails a build)
             cache.write_atomic(kernels / "about.json", json.dumps(about, indent=2) + "\n")
     cache.touch(kernels)

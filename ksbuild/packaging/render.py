@@ -129,6 +129,13 @@ def render_project(m: Manifest, exports: list[Export], out: Path, target: Target
     deeply(_render_project, m, exports, out, target)
 
 
+def kernel_objects(variants: tuple[str, ...], cpu: str, int8: bool) -> list[str]:
+    """The kernel layer objects a project takes from its kernel cache folder unless its CPU setting is changed:
+    kernels_<level>.o per level, named as the CMake function names them (MAKE_C_IDENTIFIER of the -march)."""
+    levels = [v.replace("-", "_") for v in variants] or [re.sub(r"^(?=\d)", "_", re.sub(r"\W", "_", cpu)) or "baseline"]
+    return [f"kernels_{level}{part}.o" for level in levels for part in ("", "_int8")[:1 + int8]]
+
+
 def _render_project(m: Manifest, exports: list[Export], out: Path, target: Target) -> None:
     data, forms, helpers = DataSection.for_target(m.name, target.vectors), EpilogueForms(), Helpers()
     vs = views(m, exports, data, forms, helpers, target.vectors)
@@ -152,6 +159,7 @@ def _render_project(m: Manifest, exports: list[Export], out: Path, target: Targe
     source = t.get_template("source.cpp.j2").render(ctx)
     ctx["kernels"] = uses_kernel_layer(source)
     ctx["kernels_int8"] = INTEGER_KERNEL_CALL.search(source) is not None
+    ctx["kernel_objects"] = kernel_objects(variants, m.build.cpu, ctx["kernels_int8"]) if ctx["kernels"] else []
     files = {
         f"include/{m.name}.h": t.get_template("header.h.j2").render(ctx),
         f"src/{m.name}.cpp": source,

@@ -27,19 +27,21 @@ from typing import Callable
 
 import jinja2
 
+from ..compile.cmake import cmake_exe
 from ..compile.targets import Target
 from ..errors import KsbuildError
 from ..manifest import Manifest, load_manifest
 from ..resources import VERSION, resource_dir
 from . import cache, runtime
-from .cache import cache_root, file_lock, key_lock
-from .package import content_hash, keep_cache_bounded, render, resolve_target, write_entry
+from .cache import cache_root, file_lock, key_lock, kernels_lock
+from .package import (content_hash, keep_cache_bounded, kernel_cache, one_compile_of_the_kernels, render,
+                      resolve_target, write_entry)
 
 Progress = Callable[[str], None]
 # Names the wheel's module defines besides the exports.
 MODULE_NAMES = ("include_dir", "static_library", "cmake_dir", "__version__", "_runtime", "torch_ops", "_package",
                 "_ROOT")
-BUILD_HOOK = "import sys, scikit_build_core.build as b; b.build_wheel(sys.argv[1])"
+BUILD_HOOK = "import json, sys, scikit_build_core.build as b; b.build_wheel(sys.argv[1], json.loads(sys.argv[2]))"
 
 
 def render_wheel_project(manifest: str | Path, out: Path, *, target: str | None = None,
@@ -105,7 +107,7 @@ def _build_into_cache(manifest, key: str, target: str | None, backend: str | Non
         m = render_wheel_project(manifest, project, target=target, backend=backend, progress=progress)
         t = resolve_target(m, target, python_module=True)
         progress(f"ksbuild: building the wheel of {m.name} for {t.name} (scikit-build-core)")
-        built = _run_backend(project, Path(tmp) / "wheel", t, m.name)
+        built = _run_backend(project, Path(tmp) / "wheel", t, m, progress)
         write_entry(work, m, t, python_module=True, wheel=True)
         if (work / "wheel").exists():  # an unfinished folder left by a killed run (we hold the lock)
             shutil.rmtree(work / "wheel")
@@ -113,15 +115,22 @@ def _build_into_cache(manifest, key: str, target: str | None, backend: str | Non
     return work / "wheel" / built.name
 
 
-def _run_backend(project: Path, wheel_dir: Path, t: Target, name: str) -> Path:
-    """Call scikit-build-core's PEP 517 build_wheel hook in a subprocess; a failure keeps the log."""
+def _run_backend(project: Path, wheel_dir: Path, t: Target, m: Manifest, progress: Progress) -> Path:
+    """Call scikit-build-core's PEP 517 build_wheel hook in a subprocess; a failure keeps the log. The kernel layer
+    is taken from (or saved into) ksbuild's kernel cache, as `ksbuild package` does, when scikit-build-core runs
+    ksbuild's cmake (the cache key holds its version): a wheel does not compile it again."""
+    name = m.name
     wheel_dir.mkdir()
     env = dict(os.environ)
     env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))  # the static and shared library at once
     if t.cross:  # the platform tag of the target, not of this Python (scikit-build-core reads this)
         env["_PYTHON_HOST_PLATFORM"] = f"linux-{t.processor}"
-    proc = subprocess.run([sys.executable, "-c", BUILD_HOOK, str(wheel_dir)], cwd=project, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    settings, kernels = {}, kernel_cache(m, t)
+    if env.setdefault("CMAKE_EXECUTABLE", cmake_exe()) == cmake_exe():
+        settings[f"cmake.define.{name}_KERNEL_CACHE"] = str(kernels)
+    with file_lock(kernels_lock(kernels), shared=True), one_compile_of_the_kernels(project, kernels, progress):
+        proc = subprocess.run([sys.executable, "-c", BUILD_HOOK, str(wheel_dir), json.dumps(settings)], cwd=project,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if proc.returncode != 0:
         log = cache_root() / "logs" / f"wheel-{name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
