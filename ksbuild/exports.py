@@ -159,10 +159,11 @@ def _build_exports(m: Manifest, after: str | None, target: str | None) -> list[E
     from .compile.backends import get_backend
     from .compile.targets import get_target
     from .prims.scratch import target_tiles
+    from .transforms.plan_memory import arena_align
     t = get_target(target or m.build.target)
     several = m.build.optimize == "speed" and get_backend(m.build.backend).cpu_variants  # (render.py: variants)
     options = Options(backend=m.build.backend, threads=m.build.threads, vectors=t.vectors,
-                      tiles=target_tiles(t, m.build.cpu, several))
+                      tiles=target_tiles(t, m.build.cpu, several), arena_align=arena_align(t.vectors))
     kernels: dict[str, Func] = {}
     out = []
     for spec in m.exports.values():

@@ -194,6 +194,27 @@ def test_buffers_live_at_once_never_share_a_byte(nets, tmp_path, threads):
     assert threads == 1 or {("convolve", "tiles", 2), ("convolve", "winograd", 2)} <= calls, calls
 
 
+def test_a_core_without_vectors_packs_the_arena_at_8_bytes(nets):
+    """A microcontroller's plan (Options.arena_align: plan_memory.arena_align(False), 8): every offset a multiple of
+    8, buffers live at once still disjoint, and the int8 network's uint8 tensors (sizes not multiples of 64) in
+    fewer bytes than with the 64-byte alignment of targets with vectors (its arena, which its convolutions' scratch
+    sets, no larger)."""
+    from ksbuild.transforms.plan_memory import arena_align
+    assert arena_align(True) == 64 and arena_align(False) == 8
+    f = compile_onnx_kernel(nets["int8"][0], "int8")
+    plans = {}
+    for align in (64, 8):
+        g = lower(f, Options(vectors=False, arena_align=align))
+        plan, w = g.plan, _Walk(align=align)
+        w.top(g)
+        layout = [(v, plan.offset(p.index), _static_bytes(v.type, align), w.defined[v], w.last.get(v, w.defined[v]))
+                  for v, p in plan.places.items() if p.kind == "slot" and plan.offset(p.index) is not None]
+        assert layout and all(o % align == 0 for _, o, _, _, _ in layout), layout
+        _check_disjoint(layout)
+        plans[align] = (plan.arena, sum(n for _, _, n, _, _ in layout))
+    assert plans[8][0] <= plans[64][0] and plans[8][1] < plans[64][1], plans
+
+
 def test_the_arena_is_near_the_peak_of_live_bytes_not_their_sum(mobile):
     """The bytes live at one position bound the arena from below (greedy packing need not reach the bound: here
     14% above it); the buffers' sum (the layout before: one slot per size) is far above it."""

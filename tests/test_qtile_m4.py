@@ -6,7 +6,8 @@ and with int32 sums of its own, over depths, row and column counts and the extre
 and ks::qconv_depthwise (qtile::depthwise_sums_dsp: taps in pairs) with a direct convolution of its own (uint8 and
 int8 activations, odd and even tap counts, strides, padding, dilation, a channel multiplier; 81 taps: the portable
 loops; at -Os the taps summed in place, depthwise_gathered), and ks::qconv of dense layers (two images; at -Os the
-blocks gathered from the image, qtile::gather_block) with a convolution of its own. The networks that run on these
+blocks gathered from the image, qtile::gather_block) with a convolution of its own, and ks::qmatmul_folded (rows
+read in place; partial words and tiles; int32 sums) with sums of its own. The networks that run on these
 kernels are checked against onnxruntime by tests/test_kernel_layer_m4.py (the quantized CNN) and
 tests/test_cortex_m4_bench.py (the quantized MobileNet-like net).
 
@@ -58,6 +59,6 @@ def test_the_smlad_kernels_equal_the_portable_loops_on_a_cortex_m(tmp_path, targ
     lines = out.splitlines()
     assert f"dsp {dsp}" in lines, out  # (the DSP path is the one compiled: __ARM_FEATURE_DSP on a Cortex-M4 and M7)
     cases = [line.split() for line in lines if line.startswith("case ")]
-    assert len(cases) == 5 * 3 * 5 + 1 + 7 + 4, out
+    assert len(cases) == 5 * 3 * 5 + 1 + 7 + 4 + 6, out
     assert [c for c in cases if c[-1] != "0"] == [], out
     assert "failed 0" in lines, out

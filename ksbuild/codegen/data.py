@@ -53,6 +53,11 @@ class DataSection:
                 self.blob_size += -(-len(value.data) // self.align) * self.align
         return self.names[key]
 
+    def is_array(self, name: str) -> bool:
+        """Whether `name` is a constant declared as an array of its own (a constant expression's address: it may
+        initialize a constexpr record), not a pointer into the blob."""
+        return any(n == name and key not in self.offsets for key, n in self.names.items())
+
     def declarations(self) -> list[str]:
         """C++ definitions at file scope, before the functions that read them."""
         lines = []

@@ -194,13 +194,23 @@ def _qconv_batch(b, ins, batched, size, **params):
     return [b.reshape(y, shape=(lanes, n) + y.type.shape[1:])], [True]
 
 
-def _requant_record(ctx, eqn: Eqn, bias, scale) -> str:
-    """A ks::requant of the equation's bias, scale and zero points (ks/qconv.h)."""
+def _requant_call(ctx, eqn: Eqn, bias, scale, call: str) -> None:
+    """`call`, a kernel call whose last argument is the ks::requant of the equation's bias, scale and zero points
+    (ks/qconv.h), with that record before it in a block of their own. A record of constants alone (the bias and the
+    scales arrays of their own, codegen/data.py; literal sizes) is a static constexpr one, in read-only data: no
+    stores to build it on each call, nor room for it in the frame (28 B on a Cortex-M4); another one is on the stack,
+    and the block lets the records of successive calls share their bytes of the frame."""
     p = eqn.params
     name = ctx.namer.fresh("requant")
-    ctx.line(f"const ks::requant {name}{{{bias.base}, {scale.base}, {ctx.dim(scale_count(eqn))}, {p['x_zero']}, "
-             f"{p['y_zero']}, {p['lo']}, {p['hi']}}};")
-    return name
+    count = ctx.dim(scale_count(eqn))
+    constant = count.isdigit() and all(ctx.data.is_array(s.base) for s in (bias, scale))
+    ctx.line("{")
+    ctx.depth += 1
+    ctx.line(f"{'static constexpr' if constant else 'const'} ks::requant {name}{{{bias.base}, {scale.base}, {count}, "
+             f"{p['x_zero']}, {p['y_zero']}, {p['lo']}, {p['hi']}}};")
+    ctx.line(f"{call}{name});")
+    ctx.depth -= 1
+    ctx.line("}")
 
 
 def _finish(ctx, y, out, dst) -> None:
@@ -228,9 +238,8 @@ def _emit_qconv(ctx, eqn: Eqn) -> None:
     depthwise = not eqn.params.get("packed")
     call = "ks::qconv_depthwise" if depthwise else "ks::qconv"
     scratch = ctx.scratch("uint8_t", f"{call}_scratch({shape})", required=True, eqn=eqn)
-    q = _requant_record(ctx, eqn, sb, ss)
-    ctx.line(f"{call}<{ctx.ctype(x.type)}, {ctx.ctype(y.type)}>({geometry}, {ctx.dim(x.type.shape[0])}, {sx.base}, "
-             f"{sw.base}, {out.base}, {scratch}, {q});")
+    _requant_call(ctx, eqn, sb, ss, f"{call}<{ctx.ctype(x.type)}, {ctx.ctype(y.type)}>({geometry}, "
+                  f"{ctx.dim(x.type.shape[0])}, {sx.base}, {sw.base}, {out.base}, {scratch}, ")
     _finish(ctx, y, out, dst)
 
 
@@ -249,6 +258,8 @@ def _qmatmul_scratch(eqn: Eqn, _tiles) -> int | None:
     """The bytes of ks::qmatmul's scratch (prims/scratch.py), once its weights are packed."""
     if not eqn.params.get("packed"):
         return None
+    if not eqn.params.get("sums", True):
+        return 0  # (ks::qmatmul_folded, a microcontroller's, reads its rows in place)
     k, n = eqn.params["kernel"]
     return scratch_sizes.qmatmul_scratch(k, n) if isinstance(k, int) and isinstance(n, int) else None
 
@@ -323,17 +334,16 @@ def _emit_qmatmul(ctx, eqn: Eqn) -> None:
     k, n = (ctx.dim(d) for d in (eqn.params["kernel"] if eqn.params.get("packed") else b.type.shape))
     if not eqn.params.get("packed"):
         raise KsbuildError("internal: a qmatmul reaches the C++ without packed weights (select_backend packs them)")
-    scratch = ctx.scratch("uint8_t", f"ks::qmatmul_scratch({k}, {n})", required=True, eqn=eqn)
     _width_check(ctx, eqn)
     folded = not eqn.params.get("sums", True)
+    scratch = "nullptr" if folded else ctx.scratch("uint8_t", f"ks::qmatmul_scratch({k}, {n})", required=True, eqn=eqn)
     if folded:
         ctx.line("static_assert(ks::qtile::bias_offsets, \"weights packed without their sums (ksbuild/transforms/"
                  "narrow_qpacks.py: a microcontroller's) are read by a ks::qmatmul that takes the bias as offsets\");")
-    q = _requant_record(ctx, eqn, sbias, ss)
     rows = ctx.dim(numel(a.type.shape[:-1])) if a.type.rank > 1 else "1"
     fn = "ks::qmatmul_folded" if folded else "ks::qmatmul"  # (folded: the bias is the offsets, ks/qconv.h)
-    ctx.line(f"{fn}<{ctx.ctype(a.type)}, {ctx.ctype(y.type)}>({rows}, {k}, {n}, {sa.base}, {k}, {sb.base}, "
-             f"{out.base}, {scratch}, {q});")
+    _requant_call(ctx, eqn, sbias, ss, f"{fn}<{ctx.ctype(a.type)}, {ctx.ctype(y.type)}>({rows}, {k}, {n}, {sa.base}, "
+                  f"{k}, {sb.base}, {out.base}, {scratch}, ")
     _finish(ctx, y, out, dst)
 
 

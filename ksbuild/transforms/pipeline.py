@@ -45,6 +45,7 @@ class Options:
     threads: int = 0  # > 1: the parallelize pass marks batch loops and kernel calls for ks/pool.h's threads
     vectors: bool = True  # the target has a vector unit (Target.vectors); without, panels are 4 columns wide
     tiles: tuple = ALL_TILES  # the register tiles of the levels the kernels are built for (prims/scratch.py)
+    arena_align: int = 64  # the bytes workspace offsets are multiples of (plan_memory.arena_align)
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ PASSES = [
     Pass("fuse_epilogue", lambda f, o: fuse_epilogue(f),
          "the elementwise run after a matrix product or convolution is applied as it stores"),
     Pass("parallelize", lambda f, o: parallelize(f, o.threads), "with threads > 1, outer loops run on N threads"),
-    Pass("plan_memory", lambda f, o: plan_memory(f, o.tiles),
+    Pass("plan_memory", lambda f, o: plan_memory(f, o.tiles, o.arena_align),
          "buffers: output arguments, in-place updates, reused slots, kernel calls' scratch"),
 ]
 PASS_NAMES = [p.name for p in PASSES]

@@ -75,17 +75,19 @@ class Plan:
         return self.offsets[k] if k < len(self.offsets) else None
 
 
-def plan_memory(f: Func, tiles=ALL_TILES) -> Func:
+def plan_memory(f: Func, tiles=ALL_TILES, align: int | None = None) -> Func:
     """f with its memory plan attached (f.plan), and each callee of a kept tensor call with its own; `tiles`: the
     register tiles of the levels its kernels are built for (prims/scratch.py), which the scratch of kernel calls is
-    sized for."""
-    f = _plan_callees(f, {}, tuple(tiles))
-    w = _Walk(tiles=tuple(tiles))
+    sized for; `align`: the bytes every arena offset is a multiple of (ARENA_ALIGN, or arena_align's for a core
+    without vectors)."""
+    align = align or ARENA_ALIGN
+    f = _plan_callees(f, {}, tuple(tiles), align)
+    w = _Walk(tiles=tuple(tiles), align=align)
     w.top(f)
     return Func(f.name, f.params, f.eqns, f.results, f.result_names, plan=w.plan())
 
 
-def _plan_callees(f: Func, memo: dict, tiles) -> Func:
+def _plan_callees(f: Func, memo: dict, tiles, align: int) -> Func:
     """f with the callees of its kept calls that have tensors planned (at any depth; a body shared stays shared)."""
     if id(f) in memo:
         return memo[id(f)][1]
@@ -93,9 +95,9 @@ def _plan_callees(f: Func, memo: dict, tiles) -> Func:
     for e in f.eqns:
         subs = {k: v for k, v in e.params.items() if isinstance(v, Func)}
         if kept_call(e) and not keeps_call(e.params["fn"]):
-            new = {"fn": plan_memory(e.params["fn"], tiles)}
+            new = {"fn": plan_memory(e.params["fn"], tiles, align)}
         else:
-            new = {k: _plan_callees(v, memo, tiles) for k, v in subs.items()}
+            new = {k: _plan_callees(v, memo, tiles, align) for k, v in subs.items()}
         same = all(new[k] is subs[k] for k in new)
         eqns.append(e if same else Eqn(e.prim, e.ins, e.outs, freeze(dict(e.params, **new)), e.loc))
     g = f if all(a is b for a, b in zip(eqns, f.eqns)) else \
@@ -124,6 +126,7 @@ class _Walk:
     reshaped: dict = field(default_factory=dict)   # a reshape's result -> its operand
     results: set = field(default_factory=set)      # every body's results
     tiles: tuple = ALL_TILES                       # the levels' register tiles the scratch is sized for
+    align: int = 64                                # the bytes every arena offset is a multiple of (ARENA_ALIGN)
     scratch: dict = field(default_factory=dict)    # a kernel call -> [its scratch's bytes, first, last position]
     outputs: dict = field(default_factory=dict)    # a top-level result -> its output argument
     top_eqns: frozenset = frozenset()              # the ids of the top-level function's equations
@@ -352,8 +355,9 @@ class _Walk:
         roots = sorted((v for v in self.defined if v not in self.places and v.type.rank),
                        key=lambda v: (self.defined[v], v.uid))
         static = [v for v in roots if _static_bytes(v.type) is not None]
-        items = [(v, _static_bytes(v.type), self.defined[v], self.last.get(v, self.defined[v]), v.uid) for v in static]
-        items += [(e, -(-n // ARENA_ALIGN) * ARENA_ALIGN, start, end, -1 - i)
+        items = [(v, _static_bytes(v.type, self.align), self.defined[v], self.last.get(v, self.defined[v]), v.uid)
+                 for v in static]
+        items += [(e, -(-n // self.align) * self.align, start, end, -1 - i)
                   for i, (e, (n, start, end)) in enumerate(self.scratch.items())]
         offsets, arena = _pack(items)
         for v in static:
@@ -384,6 +388,14 @@ ARENA_ALIGN = 64
 """Bytes an arena offset is a multiple of (a cache line; an AVX-512 vector)."""
 
 
+def arena_align(vectors: bool) -> int:
+    """The bytes arena offsets are multiples of for a target with or without a vector unit (Target.vectors): a
+    microcontroller has no cache lines nor vectors to align for, and its kernels read at most 4-byte words (8: a
+    double), so 8 there (the int8 MLP of benchmarks/cortex_m4: its 196 quantized inputs took 256 B of a 320 B
+    workspace), else ARENA_ALIGN."""
+    return ARENA_ALIGN if vectors else 8
+
+
 def _read_in_place(body: Func, prm: Var, j: int) -> bool:
     """Whether a fusion body reads prm only elementwise or by reductions whose results it does not read itself,
     and an elementwise equation loads it (each element once, codegen/cpp.py scalar) no later than the body
@@ -401,12 +413,12 @@ def _read_in_place(body: Func, prm: Var, j: int) -> bool:
         made is not None and (not readers or (bool(loads) and loads[0] <= made))
 
 
-def _static_bytes(t: Type) -> int | None:
-    """A buffer's bytes when every dim is a literal, rounded up to ARENA_ALIGN."""
+def _static_bytes(t: Type, align: int = ARENA_ALIGN) -> int | None:
+    """A buffer's bytes when every dim is a literal, rounded up to `align`."""
     if not all(isinstance(d, int) for d in t.shape):
         return None
     n = element_bytes(t.dtype) * math.prod(t.shape)
-    return -(-max(n, 1) // ARENA_ALIGN) * ARENA_ALIGN
+    return -(-max(n, 1) // align) * align
 
 
 def _pack(items: list) -> tuple[dict, int]:

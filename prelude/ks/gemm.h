@@ -1088,10 +1088,33 @@ using dot_index = std::conditional<(sizeof(void*) < 8), int32_t, int64_t>::type;
 // The epilogue over row i of a product's result (n values, cs apart): ks::epilogue's operator() for one row, without
 // its out-of-line ks::epilogue::apply_simple (0.9 KB of a Cortex-M4's flash at -O3). epi is not transposed (swapped:
 // only ks::tiled_gemm's column-major path makes one, which these kernels replace; the generated code never does).
+// Sizes in dot_index (32 bits on a 32-bit target; int64_t, the same code as before, on a 64-bit one).
 template <class T>
-KS_DOTS void dot_epilogue(const epilogue<T>& epi, int64_t i, T* out, int64_t cs, int64_t n) {
+KS_DOTS void dot_epilogue(const epilogue<T>& epi, dot_index i, T* out, dot_index cs, dot_index n) {
     if (epi.run != nullptr) {
         epi.run(epi.self, epi.image, epi.first + i, 0, out, 0, cs, 1, n);
+#if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M'
+    } else if (epi.self != nullptr) {
+        // An affine epilogue in a loop of its own, by row or, transposed (ks::column_affine_epilogue), by column:
+        // on a microcontroller ks::epilogue's operator() and its out-of-line apply_simple, which only the transposed
+        // case reached and which were linked all the same (0.9 KB of a Cortex-M4's flash at -O3, 0.4 KB at -Os), are
+        // not. (Elsewhere the code is as it was: the x86 kernel layer is byte for byte the same.)
+        const affine<T>& f = epi.simple();
+        const T* bias = f.bias != nullptr ? f.bias + dot_index(epi.first) : nullptr;
+        if (epi.swapped) {
+            KS_ROLLED for (dot_index q = 0; q < n; ++q) {
+                T& o = out[q * cs];
+                o = f.apply(o, bias != nullptr ? bias[q] : T(0));
+            }
+            return;
+        }
+        const T b = bias != nullptr ? bias[i] : T(0);
+        KS_ROLLED for (dot_index q = 0; q < n; ++q) {
+            T& o = out[q * cs];
+            o = f.apply(o, b);
+        }
+    }
+#else
     } else if (epi.swapped) {  // (an affine epilogue by column, ks::column_affine_epilogue: ks::epilogue's own loop)
         epi(i, 0, out, 0, cs, 1, n);
     } else if (epi.self != nullptr) {  // (an affine epilogue: the row's bias and bounds)
@@ -1102,6 +1125,7 @@ KS_DOTS void dot_epilogue(const epilogue<T>& epi, int64_t i, T* out, int64_t cs,
             o = f.apply(o, b);
         }
     }
+#endif
 }
 
 // The first `live` of the sums d at out (cs apart), added to what is there when accumulate: one rolled loop for every

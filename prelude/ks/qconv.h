@@ -1563,30 +1563,78 @@ void qmatmul(conv_dim count, conv_dim depth, conv_dim n, const TX* a, conv_dim l
 }
 
 #if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M'
+namespace qtile {
+
+// Four activations of a row from element k on as the tiles read them (tile_byte: an int8 one + 128, which is its
+// byte xor 0x80 where signed_flip is 0, as on every M-profile core), byte t of the word being element k + t; zeros
+// past `depth`, where the packed weights hold zeros too (the row is read in place, never past its end).
+template <class TX>
+inline uint32_t row_quad(const TX* a, int32_t k, int32_t depth) {
+    const uint32_t flip = static_cast<TX>(-1) < 0 ? 0x80808080u : 0u;
+    uint32_t word = 0;
+    if (k + 4 <= depth) {
+        __builtin_memcpy(&word, a + k, 4);  // (one LDR: unaligned loads are allowed on the M3, M4, M7 and M33)
+        return word ^ flip;
+    }
+    for (int32_t t = 0; k + t < depth; ++t) {
+        word |= static_cast<uint32_t>(tile_byte(a[k + t])) << (8 * t);
+    }
+    return word;
+}
+
+}  // namespace qtile
+
 // ks::qmatmul of weights packed without their sums (param sums = False: transforms/narrow_qpacks.py folded x_zero·Σw
-// into the bias, and the tiles' zero point is 0), the bias being its offsets: ks::qmatmul's computation of offsets
-// from the sums, which such a package never runs, is not linked (58 B of a Cortex-M4's flash at -Os). A
-// microcontroller's alone, as ks::qtile::bias_offsets. Same arguments and scratch as ks::qmatmul, and its loop
-// (written out again rather than shared: ks::qmatmul's text, and so the x86 kernel layer's code, stays as it was; a
-// shared inline function had changed the slots of two values in its x86 frames).
+// into the bias, and the tiles' zero point is 0), the bias being its offsets. A microcontroller's alone (as
+// ks::qtile::bias_offsets): one row of a at a time, read in place, by the 4 columns of each tile of the packed
+// weights, the 4 sums in registers and requantized from there: no scratch (`scratch` is not read: the generated code
+// passes nullptr), no packed block of rows (qtile::rows of them, 1.6 KB of a 196-deep product's scratch for a row of
+// 196 bytes), no room for a register tile's sums (1 KB), and no code of ks::qmatmul's (computing offsets from the
+// sums, packing rows, tile_dsp, store_sums). Same arguments as ks::qmatmul; y int32 (MatMulInteger): the sums plus
+// the bias, not requantized.
 template <class TX, class TY>
 void qmatmul_folded(conv_dim count, conv_dim depth, conv_dim n, const TX* a, conv_dim lda, const uint8_t* packed,
                     TY* y, uint8_t* scratch, const requant& q) {
     using namespace qtile;
-    uint8_t* block = scratch + round_up(n * 4, 64);
-    int32_t* acc = reinterpret_cast<int32_t*>(block + packed_size(rows, depth, rows));
-    const tile_fn tile = best_tile<true>();
-    const conv_dim qd = quads(depth);
-    for (conv_dim i0 = 0; i0 < count; i0 += rows) {
-        const conv_dim live = count - i0 < rows ? count - i0 : rows;
-        pack(a + i0 * lda, live, depth, lda, 1, rows, block, [](TX v) { return tile_byte(v); });
-        for (conv_dim j0 = 0; j0 < n; j0 += product_cols) {
-            tile_out o = output_of(q, q.bias + j0, q.scales == 1 ? q.scale : q.scale + j0, false, acc);
-            o.y = reinterpret_cast<uint8_t*>(y + i0 * n + j0);
-            o.ld = n;
-            o.live = live;
-            o.count = n - j0 < product_cols ? n - j0 : product_cols;
-            tile(block, packed + j0 * qd * 4, qd, o);
+    (void)scratch;
+    static_assert(product_cols == 4, "a tile of the packed weights is 4 columns");
+    const float lo = static_cast<float>(q.lo - q.y_zero), hi = static_cast<float>(q.hi - q.y_zero);
+    const int32_t k_end = static_cast<int32_t>(depth);
+    for (conv_dim i = 0; i < count; ++i) {
+        const TX* row = a + i * lda;
+        const uint8_t* b = packed;
+        for (conv_dim j = 0; j < n;) {
+            // The row by the 4 columns of a tile (b [quad][4][4]), the sums in registers: with SMLAD where the
+            // core has it (5 loads, 10 extensions and 8 multiply-adds per quad, as tile_dsp), else byte by byte.
+            int32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+            KS_ROLLED for (int32_t k = 0; k < k_end; k += 4, b += 16) {
+                const uint32_t word = row_quad(row, k, k_end);
+#ifdef KS_QTILE_DSP
+                byte_lanes w;
+                w.even = static_cast<int32_t>(__uxtb16(word));
+                __asm__("uxtb16 %0, %1, ror #8" : "=r"(w.odd) : "r"(word));
+                s0 = dot4(w, lanes_of<true>(b), s0);
+                s1 = dot4(w, lanes_of<true>(b + 4), s1);
+                s2 = dot4(w, lanes_of<true>(b + 8), s2);
+                s3 = dot4(w, lanes_of<true>(b + 12), s3);
+#else
+                for (int t = 0; t < 4; ++t) {
+                    const int32_t v = static_cast<int32_t>((word >> (8 * t)) & 0xffu);
+                    s0 += v * static_cast<int8_t>(b[t]);
+                    s1 += v * static_cast<int8_t>(b[4 + t]);
+                    s2 += v * static_cast<int8_t>(b[8 + t]);
+                    s3 += v * static_cast<int8_t>(b[12 + t]);
+                }
+#endif
+            }
+            // Stored column by column, the sums moving down a register each time (no array in memory).
+            const conv_dim last = n - j < 4 ? n : j + 4;
+            for (; j < last; ++j, s0 = s1, s1 = s2, s2 = s3) {
+                const int32_t v = s0 + q.bias[j];
+                y[i * n + j] = sizeof(TY) == 4 ? static_cast<TY>(v)
+                                               : static_cast<TY>(requantize(v, q.scale[q.scales == 1 ? 0 : j], lo, hi,
+                                                                            q.y_zero));
+            }
         }
     }
 }

@@ -180,6 +180,38 @@ int dense_case(int64_t c, int64_t m_n, int64_t h, int64_t w, int64_t kh, int64_t
     return bad;
 }
 
+// A product of `count` rows (lda apart: depth + 3) by n columns through ks::qmatmul_folded (rows read in place, 4
+// columns of packed weights at a time; depths not a multiple of 4 end in a partial word, n not a multiple of 4 in a
+// partial tile), against int32 sums computed here with the folded kernel's meaning: the bias plus Σ u(x)·w, u(x) the
+// activation as the tiles read it (an int8 one + 128). Requantized per column (one scale for all when one_scale) to
+// uint8, or the sums as int32 (MatMulInteger's form); returns the number of mismatching outputs.
+template <class TX>
+int product_case(int64_t count, int64_t depth, int64_t n, bool one_scale, bool sums) {
+    const int64_t lda = depth + 3;
+    ks::requant q = random_operands<TX>(count * lda, depth * n, n);
+    q.scales = one_scale ? 1 : ks::conv_dim(n);
+    const TX* x = reinterpret_cast<const TX*>(x_buf);
+    ks::qpack_columns(depth, n, w_buf, packed_buf);  // (the sums after the packed columns are not read)
+    int32_t* y32 = reinterpret_cast<int32_t*>(y_got);
+    if (sums) {
+        ks::qmatmul_folded<TX, int32_t>(count, depth, n, x, lda, packed_buf, y32, nullptr, q);
+    } else {
+        ks::qmatmul_folded<TX, uint8_t>(count, depth, n, x, lda, packed_buf, y_got, nullptr, q);
+    }
+    int bad = 0;
+    for (int64_t i = 0; i < count; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+            int32_t sum = bias[j];
+            for (int64_t k = 0; k < depth; ++k) {
+                sum += static_cast<int32_t>(ks::qtile::tile_byte(x[i * lda + k])) * w_buf[k * n + j];
+            }
+            const int32_t want = ks::qtile::requantize(sum, scales[one_scale ? 0 : j], -3.0f, 252.0f, 3);
+            bad += sums ? y32[i * n + j] != sum : y_got[i * n + j] != static_cast<uint8_t>(want);
+        }
+    }
+    return bad;
+}
+
 }  // namespace
 
 int main() {
@@ -227,6 +259,18 @@ int main() {
         std::printf("case dense %dx%d channels %d to %d stride %d %d\n", static_cast<int>(v[4]),
                     static_cast<int>(v[5]), static_cast<int>(v[0]), static_cast<int>(v[1]), static_cast<int>(v[6]),
                     bad);
+    }
+    // products (ks::qmatmul_folded): rows, depth, columns; per-column and one scale, int32 sums
+    const int64_t products[][3] = {{1, 1, 1}, {1, 3, 10}, {2, 5, 4}, {3, 16, 13}, {1, 49, 10}, {2, 50, 7}};
+    for (const auto& v : products) {
+        int bad = 0;
+        for (int form = 0; form < 3; ++form) {
+            bad += product_case<uint8_t>(v[0], v[1], v[2], form == 1, form == 2) +
+                   product_case<int8_t>(v[0], v[1], v[2], form == 1, form == 2);
+        }
+        failed += bad != 0;
+        std::printf("case product %d x %d x %d %d\n", static_cast<int>(v[0]), static_cast<int>(v[1]),
+                    static_cast<int>(v[2]), bad);
     }
     std::printf("failed %d\n", failed);
     return failed;
