@@ -2676,9 +2676,16 @@ __attribute__((always_inline)) inline void rows_block(const float* xc, conv_dim 
         }
         const float* row = xc + (top + i) * W;
         __m512 v[K];
+        if constexpr (S == 2 && K == 3) {  // (taps 0 and 1: the even and odd lanes of one pair of loads)
+            const __m512 lo = _mm512_maskz_loadu_ps(m0[0], row + at), hi = _mm512_maskz_loadu_ps(m1[0], row + at + 16);
+            v[0] = _mm512_permutex2var_ps(lo, even, hi);
+            v[1] = _mm512_permutex2var_ps(lo, _mm512_add_epi32(even, _mm512_set1_epi32(1)), hi);
+            v[2] = row_taps<S>(row, at + 2, m0[2], m1[2], even);
+        } else {
 #pragma GCC unroll 8
-        for (int kw = 0; kw < K; ++kw) {
-            v[kw] = row_taps<S>(row, at + kw, m0[kw], m1[kw], even);
+            for (int kw = 0; kw < K; ++kw) {
+                v[kw] = row_taps<S>(row, at + kw, m0[kw], m1[kw], even);
+            }
         }
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
