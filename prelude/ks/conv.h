@@ -2612,16 +2612,17 @@ __attribute__((noinline)) inline void across_band(const conv_shape& s, const flo
 // ks::conv_depthwise by rows of the image where it lies (AVX-512, floats; depthwise::by_rows): no copy and no
 // transposition. Each output vector is 16 consecutive outputs of a row; tap (kh, kw) of it reads 16 elements of input
 // row oh·S - pad_h + kh from column S·ow + kw - pad_w on: one masked load at stride 1 (the lanes outside the row are
-// the padding's zeros), at stride 2 the even lanes of two masked loads (vpermt2ps). Per vector of a row the masks of
-// the K column taps are made once and serve every output row (the loop over the rows is inside); the affine epilogue
-// in registers, any other over the plane after. (The `across` path transposes 16 planes in and out, about half of its
-// time on large planes: docs/performance.md "Depthwise rows in place".)
+// the padding's zeros), at stride 2 the even lanes of two masked loads (vpermt2ps). 4 output rows at a time at stride
+// 1 (2 at stride 2) share each input row loaded; the column taps' masks are made per vector (all lanes but at a row's
+// ends); the affine epilogue in registers, any other over the plane after. (The `across` path transposes 16 planes in
+// and out, about half of its time on large planes: docs/performance.md "Depthwise rows in place, and ExecuTorch layer
+// by layer".)
 namespace depthwise {
 
 // The narrowest output rows computed in place at stride 1 and at stride 2: narrower ones waste lanes of the 16 and
 // run across channels (measured on the Xeon, one image, bias + ReLU6: 3 × 3 at 14 × 14 0.87-1.08 of `across`'s time,
 // 5 × 5 1.15; stride 2 to 14 wide 0.77, to 7 wide 1.98).
-constexpr int64_t rows_min_width[2] = {28, 14};
+constexpr conv_dim rows_min_width[2] = {28, 14};
 
 // Whether a convolution runs by rows in place: 2-D, one output channel per input channel, dilation 1, kernels 3 × 3
 // at strides 1 or 2 or 5 × 5 at stride 1 (the same stride along both axes), output rows of at least
