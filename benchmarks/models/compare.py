@@ -12,6 +12,12 @@ by the ksbuild this script imports.
 Both are loaded (ksbuild.load) and checked against onnxruntime; then per batch, 1 thread, thread CPU time, the median
 of ROUNDS (environment, default 11) samples of old, new and onnxruntime taken in turn, each the mean of enough calls
 for about 30 ms.
+
+With EXECUTORCH=1 (and scripts/install_executorch.sh's venv, as bench.py finds it), ExecuTorch + XNNPACK is a fourth
+contender in the same turns: each network is lowered to a .pte per batch by that venv's python (executorch_run.py's
+`lowered`), and the .pte is run here, in this process, by ExecuTorch's runtime (its site-packages appended to
+sys.path: the same torch version; its thread pool set to 1 thread), so that its samples are interleaved with the
+others' instead of taken in a process of its own after them (bench.py). Its error is against onnxruntime too.
 """
 from __future__ import annotations
 
@@ -93,6 +99,29 @@ def build(folder: Path, names: list, tag: str, checkout: str | None) -> dict:
     return {name: getattr(pkg, name) for name in names}
 
 
+def executorch_method(module, shape: tuple, b: int, folder: Path):
+    """A callable running ExecuTorch + XNNPACK's lowering of module on a batch of b images, in this process (the
+    EXECUTORCH=1 column), or None without ExecuTorch's venv."""
+    import torch
+    python = HERE.parent.parent / ".venv-executorch" / "bin" / "python"  # (bench.py's EXECUTORCH_PYTHON)
+    if not python.exists():
+        return None
+    pt2, pte = folder / f"et_{b}.pt2", folder / f"et_{b}" / "program.pte"
+    if not pte.exists():
+        pte.parent.mkdir(parents=True, exist_ok=True)
+        torch.export.save(torch.export.export(module.eval(), (torch.randn(b, *shape),)), str(pt2))
+        code = (f"import sys; sys.path.insert(0, {str(HERE)!r}); from executorch_run import lowered; "
+                f"from pathlib import Path; lowered(Path({str(pt2)!r}), Path({str(pte.parent)!r}))")
+        subprocess.run([str(python), "-c", code], check=True, capture_output=True)
+    site = next((python.parent.parent / "lib").glob("python3*/site-packages"))
+    if str(site) not in sys.path:
+        sys.path.append(str(site))
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch, _unsafe_reset_threadpool
+    _unsafe_reset_threadpool(1)
+    method = _load_for_executorch(str(pte))
+    return lambda x: method.forward((torch.from_numpy(x),))[0].numpy()
+
+
 def main() -> None:
     if len(sys.argv) != 5:
         sys.exit(__doc__)
@@ -104,11 +133,14 @@ def main() -> None:
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    et = os.environ.get("EXECUTORCH") == "1"
     print(f"load average {os.getloadavg()[0]:.1f}\n\n| name | batch | old ms | new ms | onnxruntime ms | old / ort | "
-          "new / ort | new / old | err old | err new |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|", flush=True)
-    shapes = {}
+          "new / ort | new / old | err old | err new |" + (" ExecuTorch ms | new / ET | err ET |" if et else "") +
+          "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|---:|" if et else ""), flush=True)
+    shapes, modules = {}, {}
     for name in names:
         module, shapes[name] = model(name)
+        modules[name] = module
         path = folder / f"{name}.onnx"
         if not path.exists():
             torch.onnx.export(module, (torch.randn(1, *shapes[name]),), str(path), dynamo=False, input_names=["x"],
@@ -121,15 +153,22 @@ def main() -> None:
         for b in batches:
             x = np.random.default_rng(b).standard_normal((b, *shape)).astype(np.float32)
             want = sess.run(None, {"x": x})[0]
-            err = {k: float(np.abs(f(x) - want).max() / max(float(np.abs(want).max()), 1e-30)) for k, f in fns.items()}
+            runs = dict(fns)
+            if et and (method := executorch_method(modules[name], shape, b, folder / name)) is not None:
+                runs["et"] = method
+            err = {k: float(np.abs(f(x) - want).max() / max(float(np.abs(want).max()), 1e-30)) for k, f in runs.items()}
             start = time.thread_time()
             fns["new"](x)
             reps = max(1, int(0.03 / max(time.thread_time() - start, 1e-5)))
-            t = medians({"old": lambda: fns["old"](x), "new": lambda: fns["new"](x),
-                         "ort": lambda: sess.run(None, {"x": x})}, int(os.environ.get("ROUNDS", "11")), reps)
-            print(f"| {name} | {b} | {t['old'] * 1e3:.3f} | {t['new'] * 1e3:.3f} | {t['ort'] * 1e3:.3f} | "
-                  f"{t['old'] / t['ort']:.3f} | {t['new'] / t['ort']:.3f} | {t['new'] / t['old']:.3f} | "
-                  f"{err['old']:.1e} | {err['new']:.1e} |", flush=True)
+            calls = {k: (lambda f=f: f(x)) for k, f in runs.items()}
+            t = medians({**calls, "ort": lambda: sess.run(None, {"x": x})}, int(os.environ.get("ROUNDS", "11")), reps)
+            line = (f"| {name} | {b} | {t['old'] * 1e3:.3f} | {t['new'] * 1e3:.3f} | {t['ort'] * 1e3:.3f} | "
+                    f"{t['old'] / t['ort']:.3f} | {t['new'] / t['ort']:.3f} | {t['new'] / t['old']:.3f} | "
+                    f"{err['old']:.1e} | {err['new']:.1e} |")
+            if et:
+                line += (f" {t['et'] * 1e3:.3f} | {t['new'] / t['et']:.3f} | {err['et']:.1e} |" if "et" in t
+                         else " n/a | | |")
+            print(line, flush=True)
     print(f"\nload average {os.getloadavg()[0]:.1f}")
 
 

@@ -10,6 +10,10 @@ sets ExecuTorch's thread pool (which XNNPACK's operators run on) to --threads th
 output to Y.npy and prints one JSON line: the median time of one call (bench.median_times, the same method as
 bench.py's other columns, but not interleaved with them), how much of the process's CPU time the calling thread
 spent (1.0 when nothing ran on other threads), the .pte's size and the number of XNNPACK-delegated subgraphs.
+
+--profile OUT.json instead: XNNPACK's own per-operator times (ExecuTorch's ETDump event tracer, `--repeats` calls
+after 5 warm-up calls, executorch.devtools.Inspector): a JSON list of [operator name, median ms] in execution order
+(benchmarks/models/executorch_layers.py reads it).
 """
 from __future__ import annotations
 
@@ -42,6 +46,28 @@ def lowered(pt2: Path, folder: Path) -> tuple[Path, int]:
     return path, delegates
 
 
+def profile(pte: Path, a) -> int:
+    """XNNPACK's per-operator median times over a.repeats calls (--profile)."""
+    import torch
+    from executorch.devtools import Inspector
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch
+    module = _load_for_executorch(str(pte), enable_etdump=True, debug_buffer_size=0)
+    x = torch.from_numpy(np.load(a.x))
+    for _ in range(5):
+        module.forward((x,))
+    dump = pte.with_suffix(".etdp")
+    module = _load_for_executorch(str(pte), enable_etdump=True, debug_buffer_size=0)
+    for _ in range(a.repeats):
+        y = module.forward((x,))[0]
+    module.write_etdump_result_to_file(str(dump))
+    np.save(a.y, y.numpy())
+    frame = Inspector(etdump_path=str(dump)).to_dataframe()
+    rows = [[str(r["event_name"]), float(r["p50 (ms)"])] for _, r in frame.iterrows()
+            if r["event_block_name"] == "Execute" and r["event_name"] not in ("DELEGATE_CALL", "Method::execute")]
+    a.profile.write_text(json.dumps(rows))
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("program", type=Path)
@@ -51,6 +77,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--budget", type=float, default=3.0)
     p.add_argument("--clock", choices=["wall", "cpu"], default="wall")
+    p.add_argument("--profile", type=Path)
     a = p.parse_args(argv)
     import torch
     from executorch.extension.pybindings.portable_lib import _threadpool_get_thread_count, _unsafe_reset_threadpool
@@ -60,6 +87,8 @@ def main(argv=None) -> int:
     atexit.register(shutil.rmtree, folder, ignore_errors=True)  # (the lowered program: only its time is kept)
     pte, delegates = lowered(a.program, folder)
     _unsafe_reset_threadpool(a.threads)
+    if a.profile:
+        return profile(pte, a)
     method = Runtime.get().load_program(pte).load_method("forward")
     x = torch.from_numpy(np.load(a.x))
     np.save(a.y, method.execute((x,))[0].numpy())

@@ -2707,6 +2707,169 @@ __attribute__((noinline)) inline void across_band(const conv_shape& s, const flo
     }
 }
 
+// ks::conv_depthwise by rows of the image where it lies (AVX-512, floats; depthwise::by_rows): no copy and no
+// transposition. Each output vector is 16 consecutive outputs of a row; tap (kh, kw) of it reads 16 elements of input
+// row oh·S - pad_h + kh from column S·ow + kw - pad_w on: one masked load at stride 1 (the lanes outside the row are
+// the padding's zeros), at stride 2 the even lanes of two masked loads (vpermt2ps). 4 output rows at a time at stride
+// 1 (2 at stride 2) share each input row loaded; the column taps' masks are made per vector (all lanes but at a row's
+// ends); the affine epilogue in registers, any other over the plane after. (The `across` path transposes 16 planes in
+// and out, about half of its time on large planes: docs/performance.md "Depthwise rows in place, and ExecuTorch layer
+// by layer".)
+namespace depthwise {
+
+// The narrowest output rows computed in place at stride 1 and at stride 2: narrower ones waste lanes of the 16 and
+// run across channels (measured on the Xeon, one image, bias + ReLU6: 3 × 3 at 14 × 14 0.87-1.08 of `across`'s time,
+// 5 × 5 1.15; stride 2 to 14 wide 0.77, to 7 wide 1.98).
+constexpr conv_dim rows_min_width[2] = {28, 14};
+
+// Whether a convolution runs by rows in place: 2-D, one output channel per input channel, dilation 1, kernels 3 × 3
+// at strides 1 or 2 or 5 × 5 at stride 1 (the same stride along both axes), output rows of at least
+// rows_min_width. (5 × 5 at stride 2 stays across channels: 1.2-1.6 of its time, each tap's two loads and a
+// permutation.)
+constexpr bool by_rows_fits(const conv_shape& s) {
+    return s.kernel[0] == 1 && s.in[0] == 1 && s.out[0] == 1 && s.out_channels == s.channels && s.channels > 0 &&
+           s.kernel[2] == s.kernel[1] && s.dilation[1] == 1 && s.dilation[2] == 1 && s.stride[2] == s.stride[1] &&
+           ((s.kernel[1] == 3 && (s.stride[1] == 1 || s.stride[1] == 2)) || (s.kernel[1] == 5 && s.stride[1] == 1)) &&
+           s.out[2] >= rows_min_width[s.stride[1] - 1];
+}
+
+template <class T>
+constexpr bool by_rows(const conv_shape& s) {
+#if defined(__AVX512F__)
+    return std::is_same_v<T, float> && by_rows_fits(s);
+#else
+    return s.out[0] < 0;  // (never; constexpr and s used on every level)
+#endif
+}
+
+#if defined(__AVX512F__)
+// The 16 inputs of column tap `at` (the first one's column, S·ow + kw - pad_w) of row r: lanes whose column lies
+// outside the row are zero (masks m0, and m1 for stride 2's second load).
+template <int S>
+__attribute__((always_inline)) inline __m512 row_taps(const float* r, conv_dim at, __mmask16 m0, __mmask16 m1,
+                                                      __m512i even) {
+    if constexpr (S == 1) {
+        return _mm512_maskz_loadu_ps(m0, r + at);
+    } else {
+        return _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(m0, r + at), even, _mm512_maskz_loadu_ps(m1, r + at + 16));
+    }
+}
+
+// R output rows [oh, oh + R) of the 16 outputs from column ow on, stored through mask out: each of the (R - 1)·S + K
+// input rows they read loaded once (its K column taps) and added into every output row that reads it.
+template <int K, int S, int R>
+__attribute__((always_inline)) inline void rows_block(const float* xc, conv_dim H, conv_dim W, conv_dim OW,
+                                                      conv_dim oh, conv_dim top, conv_dim at, const float* wc,
+                                                      const __mmask16* m0, const __mmask16* m1, __mmask16 out,
+                                                      __m512i even, bool on, const affine<float>& fin, float b,
+                                                      float* yc) {
+    __m512 acc[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+        acc[r] = _mm512_setzero_ps();
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < (R - 1) * S + K; ++i) {
+        if (top + i < 0 || top + i >= H) {
+            continue;
+        }
+        const float* row = xc + (top + i) * W;
+        __m512 v[K];
+        if constexpr (S == 2 && K == 3) {  // (taps 0 and 1: the even and odd lanes of one pair of loads)
+            const __m512 lo = _mm512_maskz_loadu_ps(m0[0], row + at), hi = _mm512_maskz_loadu_ps(m1[0], row + at + 16);
+            v[0] = _mm512_permutex2var_ps(lo, even, hi);
+            v[1] = _mm512_permutex2var_ps(lo, _mm512_add_epi32(even, _mm512_set1_epi32(1)), hi);
+            v[2] = row_taps<S>(row, at + 2, m0[2], m1[2], even);
+        } else {
+#pragma GCC unroll 8
+            for (int kw = 0; kw < K; ++kw) {
+                v[kw] = row_taps<S>(row, at + kw, m0[kw], m1[kw], even);
+            }
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+            const int kh = i - r * S;
+            if (kh >= 0 && kh < K) {
+#pragma GCC unroll 8
+                for (int kw = 0; kw < K; ++kw) {
+                    acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(wc[kh * K + kw]), v[kw], acc[r]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+        if (on) {
+            tiles::simd<float>::v t = acc[r];
+            acc[r] = tiles::finish<float>(t, fin, b);
+        }
+        _mm512_mask_storeu_ps(yc + (oh + r) * OW, out, acc[r]);
+    }
+}
+
+// Output rows [oh, oh + R) across the row, 16 outputs at a time (the column taps' masks made per vector: all lanes
+// but at the row's ends).
+template <int K, int S, int R>
+__attribute__((always_inline)) inline void rows_across(const float* xc, conv_dim H, conv_dim W, conv_dim OW,
+                                                       conv_dim oh, conv_dim top, conv_dim pw, const float* wc,
+                                                       __m512i even, bool on, const affine<float>& fin, float b,
+                                                       float* yc) {
+    for (conv_dim ow = 0; ow < OW; ow += 16) {
+        __mmask16 m0[K], m1[K];
+        const conv_dim at = S * ow - pw;  // (lane l of column tap kw reads column at + kw + S·l)
+#pragma GCC unroll 8
+        for (int kw = 0; kw < K; ++kw) {
+            m0[kw] = lanes_in(0, W, at + kw);
+            m1[kw] = S == 1 ? __mmask16(0) : lanes_in(0, W, at + kw + 16);  // (stride 2's second load)
+        }
+        rows_block<K, S, R>(xc, H, W, OW, oh, top, at, wc, m0, m1, lanes_in(0, OW, ow), even, on, fin, b, yc + ow);
+    }
+}
+
+// One channel's output plane yc from its input plane xc and its K × K weights wc, the affine fin in registers:
+// R rows at a time (4 at stride 1, 2 at stride 2), then row by row, each across the row 16 outputs at a time.
+template <int K, int S>
+KS_OWN_FRAME void rows_plane(const conv_shape& s, const float* xc, const float* wc, float* yc,
+                                          const affine<float>& fin) {
+    constexpr int R = S == 1 ? 4 : 2;
+    const conv_dim H = s.in[1], W = s.in[2], OH = s.out[1], OW = s.out[2], ph = s.pad[1], pw = s.pad[2];
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const bool on = bool(fin);
+    const float b = on && fin.bias != nullptr ? fin.bias[0] : 0.0f;
+    conv_dim oh = 0;
+    for (; oh + R <= OH; oh += R) {
+        rows_across<K, S, R>(xc, H, W, OW, oh, oh * S - ph, pw, wc, even, on, fin, b, yc);
+    }
+    for (; oh < OH; ++oh) {
+        rows_across<K, S, 1>(xc, H, W, OW, oh, oh * S - ph, pw, wc, even, on, fin, b, yc);
+    }
+}
+
+__attribute__((noinline)) inline void rows_channels(const conv_shape& s, conv_dim images, const float* x,
+                                                    const float* w, float* y, const epilogue<float>& epi) {
+    const conv_dim taps = s.taps(), n = s.positions(), in = s.in_plane(), C = s.channels;
+    const bool five = s.kernel[1] == 5, two = s.stride[1] == 2;
+    for (conv_dim image = 0; image < images; ++image) {
+        const epilogue<float> eg = epi.group(image, 0);
+        for (conv_dim c = 0; c < C; ++c) {
+            const float* xc = x + (image * C + c) * in;
+            float* yc = y + (image * C + c) * n;
+            const affine<float> fin = eg.in_registers(c);
+            if (five) {
+                rows_plane<5, 1>(s, xc, w + c * taps, yc, fin);
+            } else {
+                two ? rows_plane<3, 2>(s, xc, w + c * taps, yc, fin) : rows_plane<3, 1>(s, xc, w + c * taps, yc, fin);
+            }
+            if (!fin) {
+                eg(c, 0, yc, n, 1, 1, n);
+            }
+        }
+    }
+}
+#endif
+
+}  // namespace depthwise
+
 // ks::conv_depthwise across channels (depthwise::across): 16 channels at a time, in bands of output rows.
 __attribute__((noinline)) inline void across_channels(const conv_shape& s, int64_t images, const float* x, const float* w, float* y,
                             float* scratch, const epilogue<float>& epi) {
@@ -2742,6 +2905,10 @@ void conv_depthwise(const conv_shape& s, int64_t images, const T* x, const T* w,
     const bool flat = depthwise::flat<T>(s);
 #if defined(__AVX512F__)
     if constexpr (std::is_same_v<T, float>) {
+        if (depthwise::by_rows<T>(s)) {
+            depthwise::rows_channels(s, images, x, w, y, epi);
+            return;
+        }
         if (depthwise::across<T>(s)) {
             across_channels(s, images, x, w, y, scratch, epi);
             return;

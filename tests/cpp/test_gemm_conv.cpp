@@ -504,6 +504,27 @@ void depthwise_convs(uint64_t& state) {
         const ks::conv_shape s = mobile_depthwise_shape(trial, 5 + trial % 37);
         check_conv<T>(s, 1 + trial % 2, trial & 8, 2, state);
     }
+    // Rows in place (on AVX-512, ks::depthwise::by_rows: 3 × 3 at strides 1 and 2 and 5 × 5 at stride 1, output rows
+    // of at least 28 and 14 outputs): rows 14 to 150 outputs wide (a partial last vector of 16 or none; below 28 at
+    // stride 1 across channels), 1 to 11 rows (blocks of 4 or 2 rows and the rows after them), padding of half the
+    // kernel, none or more on both sides, an input column or row past the last window.
+    for (int trial = 0; trial < 66; ++trial) {
+        ks::conv_shape s{};
+        s.channels = s.groups = s.out_channels = 1 + trial % 11;
+        s.in[0] = s.out[0] = s.kernel[0] = s.stride[0] = s.dilation[0] = 1;
+        const int64_t k = trial % 3 == 2 ? 5 : 3, stride = k == 3 ? 1 + trial / 3 % 2 : 1;
+        for (int a = 1; a < 3; ++a) {
+            s.kernel[a] = k;
+            s.stride[a] = stride;
+            s.dilation[a] = 1;
+            s.pad[a] = trial % 4 == 0 ? 0 : trial % 4 == 1 ? k - 1 : k / 2;
+            s.out[a] = a == 2 ? 14 + trial * 37 % 137 : 1 + trial % 11;
+            s.in[a] = (s.out[a] - 1) * stride + k - 2 * s.pad[a] + (trial % 5 == 0 ? stride - 1 : 0);
+        }
+        if (s.in[1] >= 1) {
+            check_conv<T>(s, 1 + trial % 2, trial & 4, 2, state);
+        }
+    }
     // Planes of more than 3136 outputs (across channels on AVX-512 in bands of rows, ks::depthwise::band_rows;
     // rows wider than a band's 896 positions: one row a band): bands whose windows reach the padding above, below
     // or neither, a last band shorter than the others.
