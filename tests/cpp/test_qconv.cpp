@@ -215,19 +215,18 @@ void test_conv(int64_t trial, bool depthwise, bool mobile = false, bool resnet =
     check(depthwise ? "qconv_depthwise" : "qconv", y, want, trial);
 }
 
+// ks::qmatmul of random a [rows, depth] and b [depth, n] into y (which has room for rows·n results): the exact
+// sums Σ (a - x_zero)·b plus the bias, row by row, to compare y with.
 template <class TX, class TY>
-void test_matmul(int64_t trial) {
-    const int64_t rows = draw(4) == 0 ? 1 : 1 + draw(40), depth = 1 + draw(70), n = 1 + draw(70);
+std::vector<int64_t> run_matmul(const params& p, int64_t rows, int64_t depth, int64_t n, std::vector<TY>& y) {
     const auto a = random_bytes<TX>(rows * depth);
     const auto b = random_bytes<int8_t>(depth * n);
-    const params p = make_params<TX, TY>(n);
-    std::vector<TY> y(static_cast<size_t>(rows * n));
     std::vector<uint64_t> scratch(static_cast<size_t>(ks::qmatmul_scratch(depth, n) / 8 + 8));
     uint8_t* aligned = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
     std::vector<uint8_t> packed(static_cast<size_t>(ks::qmatmul_packed_size(depth, n)));
     ks::qpack_columns(depth, n, b.data(), packed.data());
     ks::qmatmul<TX, TY>(rows, depth, n, a.data(), depth, packed.data(), y.data(), aligned, p.q);
-    std::vector<int32_t> want;
+    std::vector<int64_t> sums;
     for (int64_t i = 0; i < rows; ++i) {
         for (int64_t j = 0; j < n; ++j) {
             int64_t sum = p.q.bias ? p.q.bias[j] : 0;
@@ -235,8 +234,22 @@ void test_matmul(int64_t trial) {
                 sum += (static_cast<int64_t>(a[static_cast<size_t>(i * depth + k)]) - p.q.x_zero) *
                        b[static_cast<size_t>(k * n + j)];
             }
-            want.push_back(reference(sum, p.q.scale[p.q.scales == 1 ? 0 : j], p.q.y_zero, p.q.lo, p.q.hi));
+            sums.push_back(sum);
         }
+    }
+    return sums;
+}
+
+template <class TX, class TY>
+void test_matmul(int64_t trial) {
+    const int64_t rows = draw(4) == 0 ? 1 : 1 + draw(40), depth = 1 + draw(70), n = 1 + draw(70);
+    const params p = make_params<TX, TY>(n);
+    std::vector<TY> y(static_cast<size_t>(rows * n));
+    const std::vector<int64_t> sums = run_matmul<TX, TY>(p, rows, depth, n, y);
+    std::vector<int32_t> want;
+    for (size_t e = 0; e < sums.size(); ++e) {
+        const int64_t j = static_cast<int64_t>(e) % n;
+        want.push_back(reference(sums[e], p.q.scale[p.q.scales == 1 ? 0 : j], p.q.y_zero, p.q.lo, p.q.hi));
     }
     check("qmatmul", y, want, trial);
 }
@@ -245,25 +258,11 @@ void test_matmul(int64_t trial) {
 template <class TX>
 void test_matmul_sums(int64_t trial) {
     const int64_t rows = draw(4) == 0 ? 1 : 1 + draw(40), depth = 1 + draw(70), n = 1 + draw(70);
-    const auto a = random_bytes<TX>(rows * depth);
-    const auto b = random_bytes<int8_t>(depth * n);
     const params p = make_params<TX, uint8_t>(n);
     std::vector<int32_t> y(static_cast<size_t>(rows * n) + 1, 99);
-    std::vector<uint64_t> scratch(static_cast<size_t>(ks::qmatmul_scratch(depth, n) / 8 + 8));
-    uint8_t* aligned = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
-    std::vector<uint8_t> packed(static_cast<size_t>(ks::qmatmul_packed_size(depth, n)));
-    ks::qpack_columns(depth, n, b.data(), packed.data());
-    ks::qmatmul<TX, int32_t>(rows, depth, n, a.data(), depth, packed.data(), y.data(), aligned, p.q);
     std::vector<int32_t> want;
-    for (int64_t i = 0; i < rows; ++i) {
-        for (int64_t j = 0; j < n; ++j) {
-            int64_t sum = p.q.bias ? p.q.bias[j] : 0;
-            for (int64_t k = 0; k < depth; ++k) {
-                sum += (static_cast<int64_t>(a[static_cast<size_t>(i * depth + k)]) - p.q.x_zero) *
-                       b[static_cast<size_t>(k * n + j)];
-            }
-            want.push_back(static_cast<int32_t>(sum));
-        }
+    for (const int64_t sum : run_matmul<TX, int32_t>(p, rows, depth, n, y)) {
+        want.push_back(static_cast<int32_t>(sum));
     }
     want.push_back(99);  // (nothing written past the end)
     check("qmatmul (int32 sums)", y, want, trial);
