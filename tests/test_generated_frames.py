@@ -23,7 +23,7 @@ pytest.importorskip("onnx")
 
 FLAGS = ["-std=c++17", "-O3", "-fno-exceptions", "-fno-rtti", "-fno-math-errno", "-fno-trapping-math", "-fwrapv",
          "-fopenmp-simd", "-DKS_OPENMP_SIMD", "-Wall", "-Wextra", "-Werror", "-fstack-usage"]
-X86 = ["-march=x86-64-v3", "-DKS_VARIANT=small_v3", "-DKS_PACKAGE=ks_small_v3", "-DKS_KERNELS=ks_kernels_v3"]
+X86 = ["-march=x86-64-v3", "-DKS_VARIANT=small_v3", "-DKS_KERNELS=ks_kernels_v3"]
 M4 = ["-DKS_KERNELS=ks_kernels_baseline", "-mcpu=cortex-m4", "-mthumb", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard",
       "--param=max-completely-peel-times=1"]
 

@@ -305,3 +305,53 @@ def test_ksbuild_build_says_what_it_compiles_on_stderr_and_nothing_when_cached(t
     assert "compiling kl_progress.cpp" in first.err and first.out == "", first
     ksbuild.build(tmp_path / "manifest.toml")
     assert capfd.readouterr() == ("", "")
+
+
+SCALAR = '''
+def relu3(x: float) -> float:
+    if x < 0.0:
+        return 0.0
+    elif x < 1.0:
+        return x * x * x / 3.0
+    return x - 2.0 / 3.0
+'''
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs GCC")
+def test_the_prelude_is_precompiled_once_and_gives_the_same_object(tmp_path):
+    """With a kernel cache and GCC, a package's objects read ks/prelude.h and ks/kernels.h from prelude_<level>.h.gch
+    (CMakeLists.txt: P_precompiled_prelude): the first project compiles it into the cache, a second package reads
+    it from there (the headers in a .gch are not among the dependencies GCC writes for an object, and it warns
+    under -Winvalid-pch when it cannot read one), and each object is byte for byte the one compiled without it."""
+    import sys
+    from ksbuild.compile.cmake import cmake_exe
+    cmake, cache = cmake_exe(), tmp_path / "cache"
+
+    def build(name: str, kernel_cache: Path | None) -> tuple[Path, str]:
+        d = tmp_path / name
+        if not d.exists():
+            d.mkdir()
+            (d / "k.py").write_text(SCALAR)
+            (d / "manifest.toml").write_text(MANIFEST.format(name=name, kernel="relu3"))
+            subprocess.run([sys.executable, "-m", "ksbuild", "-q", "render", str(d / "manifest.toml"), "-o",
+                            str(d / "project")], check=True)
+        b = d / ("build_cached" if kernel_cache else "build_plain")
+        subprocess.run([cmake, "-S", str(d / "project"), "-B", str(b), "-DCMAKE_BUILD_TYPE=Release",
+                        f"-D{name}_KERNEL_CACHE={kernel_cache or ''}"], check=True, capture_output=True)
+        run = subprocess.run([cmake, "--build", str(b), "-j", "2"], check=True, capture_output=True, text=True)
+        return b, run.stdout + run.stderr
+
+    build("pch_a", cache)
+    headers = sorted(p.name for p in cache.glob("prelude_*.h.gch"))
+    assert headers, sorted(p.name for p in cache.iterdir())
+    second, said = build("pch_b", cache)
+    assert "invalid-pch" not in said and "not used because" not in said, said
+    assert "_prelude_" not in said, said  # (not compiled again: taken from the cache)
+    objects = sorted(second.glob("CMakeFiles/*/src/pch_b.cpp.o"))
+    assert len(objects) == len(headers), (objects, headers)
+    for o in objects:  # (a header read from a .gch is not among the object's dependencies: <cmath>, ks/prelude.h's)
+        assert "/cmath" not in Path(f"{o}.d").read_text(), o
+    plain, _ = build("pch_b", None)
+    for o in objects:
+        assert "/cmath" in (plain / o.relative_to(second)).with_suffix(".o.d").read_text(), o
+        assert (plain / o.relative_to(second)).read_bytes() == o.read_bytes(), o

@@ -55,18 +55,17 @@ def test_library_is_runtime_free(installed, example):
 
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_prelude_code_is_private_to_the_package(installed, example):
-    """The prelude's template code a library defines is in its own inline namespace ks::ks_<package>, or local to
-    the library (the kernel layer's tiles and convolutions, in ks::ks_kernels_<level>): two packages built for
-    different CPUs and linked into one app keep their own copies (the linker kept one, so a baseline library could
-    run another's AVX code: red-team pass). A build for several instruction sets (the x86-64 default) has one
-    namespace per build, ks::ks_<package>_x86_64_v4 and so on, and no weak symbol outside them."""
+    """The prelude's and the kernel layer's code a library defines is local to it: both are in ks::ks_kernels_<level>
+    (ks/namespace.h), hidden, and the library's relocatable link makes hidden symbols local, so two packages built
+    for different CPUs (or by two ksbuild versions) and linked into one app keep their own copies (the linker kept
+    one, so a baseline library could run another's AVX code: red-team pass). The one exception is the dispatch's
+    cached CPU level (ks::ks_<package>::cpu::cached, a unique symbol), in the package's own namespace."""
     lib = installed[example] / "lib" / f"lib{example}.a"
     out = subprocess.run(["nm", "-C", "--defined-only", str(lib)], capture_output=True, text=True, check=True).stdout
     prelude = [line for line in out.splitlines() if "ks::" in line]
     assert prelude, "expected prelude template code in the library"
-    own = re.compile(rf"ks::ks_{example}(_x86_64(_v[34])?)?::")
-    # the kernel layer (ks::ks_kernels_<level>, compiled once for every package) is local to the library: a
-    # lower-case symbol type (t, r, d, b), never global or weak
+    own = re.compile(rf" ks::ks_{example}::cpu::cached$")
+    # a lower-case symbol type (t, r, d, b), never global or weak
     local = re.compile(r"^\S* [trdb] ")
     shared = [x for x in prelude if not own.search(x) and not local.search(x)]
     assert not shared, shared

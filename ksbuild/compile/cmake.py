@@ -41,6 +41,8 @@ def _compile_step(line: str) -> str | None:
         level = target.rpartition("_kernels_")[2]
         what = "the integer kernels" if level.endswith("_int8") else "the kernel layer"
         return f"{what} ({level.removesuffix('_int8').replace('_', '-')})"
+    if re.search(r"_prelude_\w+$", target) and source.endswith(".h"):  # (CMakeLists.txt: P_precompiled_prelude)
+        return f"the prelude header ({target.rpartition('_prelude_')[2].replace('_', '-')}, precompiled once)"
     level = re.search(r"_(x86_64(?:_v\d)?)$", target)
     return f"{Path(source).name}{' (' + level.group(1).replace('_', '-') + ')' if level else ''}"
 

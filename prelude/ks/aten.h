@@ -26,7 +26,7 @@ int ks_aten_gemm_f64(int64_t m, int64_t n, int64_t k, const double* a, int64_t a
 }
 
 namespace ks {
-inline namespace KS_PACKAGE {
+inline namespace KS_KERNELS KS_HIDDEN {
 
 namespace detail {
 inline int aten_gemm(int64_t m, int64_t n, int64_t k, matrix<const float> a, matrix<const float> b, matrix<float> c,
@@ -58,14 +58,14 @@ struct library_gemm {
     }
 };
 
-}  // inline namespace KS_PACKAGE
+}  // inline namespace KS_KERNELS
 }  // namespace ks
 
 #ifdef KS_ATEN_IMPLEMENTATION
 #include <ATen/ATen.h>
 
 namespace ks {
-inline namespace KS_PACKAGE {
+inline namespace KS_KERNELS KS_HIDDEN {
 namespace detail {
 template <class T>
 int aten_gemm_impl(int64_t m, int64_t n, int64_t k, const T* a, int64_t a_rs, int64_t a_cs, const T* b, int64_t b_rs,
@@ -87,7 +87,7 @@ int aten_gemm_impl(int64_t m, int64_t n, int64_t k, const T* a, int64_t a_rs, in
     }
 }
 }  // namespace detail
-}  // inline namespace KS_PACKAGE
+}  // inline namespace KS_KERNELS
 }  // namespace ks
 
 extern "C" int ks_aten_gemm_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs,

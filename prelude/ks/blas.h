@@ -24,7 +24,7 @@ void cblas_dgemm(int order, int trans_a, int trans_b, int m, int n, int k, doubl
 }
 
 namespace ks {
-inline namespace KS_PACKAGE {
+inline namespace KS_KERNELS KS_HIDDEN {
 
 namespace detail {
 constexpr int cblas_row_major = 101;
@@ -119,7 +119,7 @@ struct library_gemm {
     }
 };
 
-}  // inline namespace KS_PACKAGE
+}  // inline namespace KS_KERNELS
 }  // namespace ks
 
 #endif  // KS_BLAS_H

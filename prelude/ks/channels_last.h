@@ -24,7 +24,7 @@
 #include "conv.h"
 
 namespace ks {
-inline namespace KS_KERNELS {
+inline namespace KS_KERNELS KS_HIDDEN {
 
 namespace cl {
 

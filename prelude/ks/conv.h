@@ -18,7 +18,7 @@
 #include "gemm.h"
 
 namespace ks {
-inline namespace KS_KERNELS {
+inline namespace KS_KERNELS KS_HIDDEN {
 
 // The integer type of a conv_shape's sizes: int64_t, and int32_t on a 32-bit target (a microcontroller, where no
 // tensor has 2^31 elements), whose 21 fields are then 84 bytes of read-only data per convolution instead of 168 and

@@ -16,12 +16,10 @@
 
 #include <cstdint>
 
-#ifndef KS_PACKAGE
-#define KS_PACKAGE ks_prelude
-#endif
+#include "namespace.h"
 
 namespace ks {
-inline namespace KS_PACKAGE {
+inline namespace KS_KERNELS KS_HIDDEN {
 namespace cpu {
 
 constexpr int baseline = 0;   // x86-64: SSE2
@@ -103,7 +101,7 @@ inline int cpu_level() {
     return level;
 }
 
-}  // inline namespace KS_PACKAGE
+}  // inline namespace KS_KERNELS
 }  // namespace ks
 
 #endif  // KS_CPU_H

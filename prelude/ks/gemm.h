@@ -35,12 +35,9 @@
 #include <immintrin.h>
 #endif
 
-#ifndef KS_KERNELS
-#define KS_KERNELS ks_kernels  // the kernel layer's namespace (per instruction set level in a portable build)
-#endif
 
 namespace ks {
-inline namespace KS_KERNELS {
+inline namespace KS_KERNELS KS_HIDDEN {
 
 // A strided matrix: element (i, j) is data[i * rs + j * cs].
 template <class T>

@@ -3,15 +3,11 @@
 // matrix products and convolutions of ks/gemm.h and ks/conv.h for float and double (kernels_<level>.o), or, with
 // KS_KERNELS_INT8, the int8 ones of ks/qconv.h alone (kernels_<level>_int8.o, which the projects of packages that
 // call them link beside the first), so that an int8 package does not compile the float kernels again.
-#ifndef KS_KERNELS
-#define KS_KERNELS ks_kernels
-#endif
-#define KS_PACKAGE KS_KERNELS  // (the prelude's helpers these kernels use, in the same namespace)
 #define KS_KERNELS_INSTANTIATE
 #include "kernels.h"
 
 namespace ks {
-inline namespace KS_KERNELS {
+inline namespace KS_KERNELS KS_HIDDEN {
 
 #ifndef KS_KERNELS_INT8
 KS_KERNEL_LAYER(template, float)

@@ -23,7 +23,7 @@
 #include "qconv.h"
 
 namespace ks {
-inline namespace KS_KERNELS {
+inline namespace KS_KERNELS KS_HIDDEN {
 
 // ks::conv by one method (ks::conv_as), which the generated code calls when a convolution's shapes are constants.
 #define KS_CONV_METHOD(PREFIX, T, M)                                                                             \

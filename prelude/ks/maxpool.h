@@ -18,7 +18,7 @@
 #include "gemm.h"
 
 namespace ks {
-inline namespace KS_KERNELS {
+inline namespace KS_KERNELS KS_HIDDEN {
 
 // The geometry of a max pooling of 2-d planes (a 1-d one: h = oh = kh = sh = dh = 1, ph = 0).
 struct pool_shape {

@@ -23,7 +23,7 @@
 #include "kernels.h"
 
 namespace ks {
-inline namespace KS_KERNELS {
+inline namespace KS_KERNELS KS_HIDDEN {
 namespace parts {
 
 // A range [begin, end) of items.

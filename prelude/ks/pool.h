@@ -18,7 +18,7 @@
 //
 // Hosted targets only (POSIX threads; the library is then not runtime-free). Calls from several threads at once
 // are safe: a caller that finds the pool busy runs its parts alone. No heap: the pool is one static object per
-// library (ks::KS_PACKAGE, each library's own namespace).
+// library (ks::KS_KERNELS, hidden, local to each library: ks/namespace.h).
 #ifndef KS_POOL_H
 #define KS_POOL_H
 
@@ -29,6 +29,8 @@
 #include <climits>
 #include <cstdint>
 
+#include "namespace.h"
+
 #if defined(__linux__)
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -36,7 +38,7 @@
 #endif
 
 namespace ks {
-inline namespace KS_PACKAGE {
+inline namespace KS_KERNELS KS_HIDDEN {
 namespace pool {
 
 // The claim word: generation (24 bits), parts (20 bits), next part to take (20 bits). One atomic word, so that a
@@ -233,7 +235,7 @@ void run(int threads, int parts, const F& f) {
 }
 
 }  // namespace pool
-}  // inline namespace KS_PACKAGE
+}  // inline namespace KS_KERNELS
 }  // namespace ks
 
 #endif  // KS_POOL_H

@@ -21,6 +21,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "namespace.h"
 #include "vmath.h"  // ks::exp, ks::log: inline, branch-free, vectorizable
 
 // KS_OMP_SIMD(clauses) before a loop is `#pragma omp simd clauses` where the build enables
@@ -76,22 +77,8 @@
 #define KS_OMP_SIMD(...) KS_ROLLED
 #endif
 
-#if defined(__GNUC__) || defined(__clang__)
-#define KS_HIDDEN __attribute__((visibility("hidden")))
-#else
-#define KS_HIDDEN
-#endif
-
-// The prelude's functions live in ks::KS_PACKAGE, an inline namespace that each generated library names
-// after its package (the generated source defines KS_PACKAGE before including this), so two packages
-// linked into one app never share a template instantiation: with one copy kept by the linker, a library
-// built for the baseline CPU could run another's AVX code. Code writes ks::f as usual.
-#ifndef KS_PACKAGE
-#define KS_PACKAGE ks_prelude
-#endif
-
 namespace ks {
-inline namespace KS_PACKAGE {
+inline namespace KS_KERNELS KS_HIDDEN {
 
 // Status codes returned by every generated function that takes a tensor (C ABI `int`).
 namespace status {
@@ -699,7 +686,7 @@ inline bool same_string(const char* a, const char* b) {
     return *a == *b;
 }
 
-}  // inline namespace KS_PACKAGE
+}  // inline namespace KS_KERNELS
 }  // namespace ks
 
 #endif  // KS_PRELUDE_H

@@ -58,7 +58,7 @@
 #endif
 
 namespace ks {
-inline namespace KS_KERNELS {
+inline namespace KS_KERNELS KS_HIDDEN {
 
 // How an int32 sum becomes an 8-bit output (see the top of this file).
 struct requant {

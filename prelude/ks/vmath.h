@@ -15,13 +15,7 @@
 #include <cstdint>
 #include <cstring>
 
-// The prelude's functions live in ks::KS_PACKAGE, an inline namespace that each generated library names
-// after its package (the generated source defines KS_PACKAGE before including this), so two packages
-// linked into one app never share a template instantiation: with one copy kept by the linker, a library
-// built for the baseline CPU could run another's AVX code. Code writes ks::f as usual.
-#ifndef KS_PACKAGE
-#define KS_PACKAGE ks_prelude
-#endif
+#include "namespace.h"
 
 // Inlined wherever they are called, whatever the compiler's inlining budget for the whole file: an out-of-line
 // exp in an epilogue's loop would make the loop scalar (a network of many SiLUs lost 30% of its time there).
@@ -40,7 +34,7 @@
 #endif
 
 namespace ks {
-inline namespace KS_PACKAGE {
+inline namespace KS_KERNELS KS_HIDDEN {
 namespace detail {
 
 KS_ALWAYS_INLINE inline double bits_to_double(uint64_t u) {
@@ -214,7 +208,7 @@ KS_MATH inline float tanh(float x) {
     return a > 0.625f ? (x < 0 ? -big : big) : (a == 0.0f ? x : small);
 }
 
-}  // inline namespace KS_PACKAGE
+}  // inline namespace KS_KERNELS
 }  // namespace ks
 
 #endif  // KS_VMATH_H

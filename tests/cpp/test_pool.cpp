@@ -1,7 +1,7 @@
 // ks::pool::run (ks/pool.h): every part runs exactly once and on a slot below the thread count, for 1 to 63 parts;
 // with parts long enough that the calling thread sleeps for a worker's, pauses long enough that the workers sleep
 // between jobs, and calls from three threads at once (the pool busy: a caller runs its parts alone).
-#define KS_PACKAGE pool_test
+#define KS_KERNELS pool_test
 #include <ks/pool.h>
 #include <unistd.h>
 

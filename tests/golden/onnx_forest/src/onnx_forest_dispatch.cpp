@@ -3,7 +3,7 @@
 // this CPU has (ks/cpu.h, asked once): x86-64-v4, x86-64-v3, x86-64.
 #include "onnx_forest.h"
 
-#define KS_PACKAGE ks_onnx_forest  // the prelude's namespace for this library (ks/prelude.h)
+#define KS_KERNELS ks_onnx_forest  // (ks/namespace.h) the library's own: its CPU level, capped by KS_CPU_LEVEL_MAX
 #include "ks/cpu.h"
 
 namespace onnx_forest_x86_64 {
