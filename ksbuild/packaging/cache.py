@@ -325,13 +325,15 @@ def _entry_info(d: Path) -> dict:
 
 
 def _kernel_info(d: Path) -> dict:
-    """The instruction set levels a kernel object folder holds, and whether their call graphs (.ci) are there."""
+    """The instruction set levels a kernel object folder holds, whether their call graphs (.ci) are there, and the
+    levels of its precompiled prelude headers (prelude_<level>.h.gch: packages of loops alone make those too)."""
     levels = sorted(f.name[len("kernels_"):-2] for f in d.glob("kernels_*.o"))
+    headers = sorted(f.name[len("prelude_"):-len(".h.gch")] for f in d.glob("prelude_*.h.gch"))
     try:  # what package.py wrote there: target, cpu, threads, compiler
         about = json.loads((d / "about.json").read_text())
     except (OSError, ValueError):
         about = {}
-    return {**about, "levels": levels, "call_graphs": any(d.glob("kernels_*.ci"))}
+    return {**about, "levels": levels, "call_graphs": any(d.glob("kernels_*.ci")), "prelude_headers": headers}
 
 
 # ---- ksbuild cache info ----------------------------------------------------------------------------------------
@@ -350,8 +352,8 @@ def info_text() -> str:
         lines += _table(["key", "package", "target", "backend", "size", "built", "used", "manifest"],
                         [_build_row(b) for b in bs])
     if ks:
-        lines += ["", "kernel layer objects (kernels/<hash>/kernels_<level>.o, shared by the packages built with "
-                  "the same compiler and flags):"]
+        lines += ["", "kernel layer objects and precompiled prelude headers (kernels/<hash>/kernels_<level>.o, "
+                  "prelude_<level>.h.gch, shared by the packages built with the same compiler and flags):"]
         lines += _table(["folder", "target", "levels", "size", "used"], [_kernel_row(k) for k in ks])
     if ps:
         lines += ["", "trees loaded by ksbuild.build():"]
@@ -372,7 +374,8 @@ def _build_row(b: Item) -> list[str]:
 
 def _kernel_row(k: Item) -> list[str]:
     levels = " ".join(k.info["levels"]) or "(none yet)"
-    return [k.name, k.info.get("target", "?"), levels + (" +call graphs" if k.info["call_graphs"] else ""),
+    headers = f" +prelude {' '.join(k.info['prelude_headers'])}" if k.info["prelude_headers"] else ""
+    return [k.name, k.info.get("target", "?"), levels + (" +call graphs" if k.info["call_graphs"] else "") + headers,
             _size(k.size), _age(k.used)]
 
 
