@@ -2890,14 +2890,17 @@ __attribute__((noinline)) inline void rows_channels(const conv_shape& s, conv_di
     }
 }
 
-// One image's small planes flat (depthwise::by_plane): 16 consecutive outputs of the whole plane a vector, which may
-// span rows. At stride 1 with half the kernel as padding an output plane is as wide as its input, so tap (kh, kw) of
-// output p reads input p + (kh - P)·W + kw - P. Per channel, the input is read as 16-element chunks at p0 + (kh - P)·W
-// (zero outside the plane [0, n): a lane whose input row lies outside the image reads a zero), each chunk loaded once
-// and kept for the next vector, the taps kw ≠ P made from two neighbouring chunks by valignd; a lane whose input
-// column lies outside the image keeps its sum (the FMA's mask: a row's end reads the next row's start there). The
-// chunks' and columns' masks are made once per call (the same for every channel); the affine epilogue in registers,
-// any other over each plane after it. Planes of at most plane_max_vectors · 16 positions.
+// One image's small planes flat (depthwise::by_plane, 3 × 3, P = 1): 16 consecutive outputs of the whole plane a
+// vector, which may span rows. At stride 1 with one place of padding an output plane is as wide as its input, so tap
+// (kh, kw) of output p reads input p + (kh - P)·W + kw - P. Per channel, the input is read as 16-element chunks at
+// p0 + (kh - P)·W (zero outside the plane [0, n): a lane whose input row lies outside the image reads a zero), each
+// chunk loaded once and kept for the next vector, the taps kw ≠ P made from two neighbouring chunks by valignd; a lane
+// whose input column lies outside the image keeps its sum (the FMA's mask: a row's end reads the next row's start
+// there; so a non-finite weight of a column tap does not reach the outputs at the image's left and right edges, where
+// the padded paths add 0 · w). The chunks' and columns' masks are made once per call (the same for every channel); the
+// affine epilogue in registers, any other over each plane after it. Planes of at most plane_max_vectors · 16
+// positions.
+//
 // Lane l: element l + D of the chunk b (from a's last lanes or c's first when l + D leaves it). (The masked form of
 // valignd: the unmasked one starts from an undefined vector, which GCC 12's -Wmaybe-uninitialized reports.)
 template <int D>
