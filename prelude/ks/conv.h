@@ -2721,6 +2721,7 @@ namespace depthwise {
 // run across channels (measured on the Xeon, one image, bias + ReLU6: 3 × 3 at 14 × 14 0.87-1.08 of `across`'s time,
 // 5 × 5 1.15; stride 2 to 14 wide 0.77, to 7 wide 1.98).
 constexpr conv_dim rows_min_width[2] = {28, 14};
+constexpr conv_dim plane_max_vectors = 16;  // (by_plane: planes of at most 16 vectors of positions)
 
 // Whether a convolution runs by rows in place: 2-D, one output channel per input channel, dilation 1, kernels 3 × 3
 // at strides 1 or 2 or 5 × 5 at stride 1 (the same stride along both axes), output rows of at least
@@ -2731,6 +2732,28 @@ constexpr bool by_rows_fits(const conv_shape& s) {
            s.kernel[2] == s.kernel[1] && s.dilation[1] == 1 && s.dilation[2] == 1 && s.stride[2] == s.stride[1] &&
            ((s.kernel[1] == 3 && (s.stride[1] == 1 || s.stride[1] == 2)) || (s.kernel[1] == 5 && s.stride[1] == 1)) &&
            s.out[2] >= rows_min_width[s.stride[1] - 1];
+}
+
+// Whether a convolution runs flat over its whole plane (depthwise::by_plane): 2-D, one output channel per input
+// channel, 3 × 3 at stride 1 and dilation 1 with one place of padding on each side (the output plane as large as the
+// input), output rows narrower than rows_min_width, planes of at most 16 · plane_max_vectors positions (14 × 14 and
+// 7 × 7: 16 positions a vector span rows). (5 × 5 stays across channels: 25 weight vectors and 5 rows of chunks do
+// not fit the registers; a first version with the weights from memory took 1.3-1.6 of its time at 14 × 14.)
+constexpr bool by_plane_fits(const conv_shape& s) {
+    return s.kernel[0] == 1 && s.in[0] == 1 && s.out[0] == 1 && s.out_channels == s.channels && s.channels > 0 &&
+           s.kernel[2] == s.kernel[1] && s.kernel[1] == 3 && s.dilation[1] == 1 &&
+           s.dilation[2] == 1 && s.stride[1] == 1 && s.stride[2] == 1 && 2 * s.pad[1] == s.kernel[1] - 1 &&
+           2 * s.pad[2] == s.kernel[2] - 1 && s.out[1] == s.in[1] && s.out[2] == s.in[2] &&
+           s.out[2] < rows_min_width[0] && s.out[1] * s.out[2] <= 16 * plane_max_vectors;
+}
+
+template <class T>
+constexpr bool by_plane(const conv_shape& s) {
+#if defined(__AVX512F__)
+    return std::is_same_v<T, float> && by_plane_fits(s);
+#else
+    return s.out[0] < 0;  // (never; constexpr and s used on every level)
+#endif
 }
 
 template <class T>
@@ -2866,6 +2889,137 @@ __attribute__((noinline)) inline void rows_channels(const conv_shape& s, conv_di
         }
     }
 }
+
+// One image's small planes flat (depthwise::by_plane, 3 × 3, P = 1): 16 consecutive outputs of the whole plane a
+// vector, which may span rows. At stride 1 with one place of padding an output plane is as wide as its input, so tap
+// (kh, kw) of output p reads input p + (kh - P)·W + kw - P. Per channel, the input is read as 16-element chunks at
+// p0 + (kh - P)·W (zero outside the plane [0, n): a lane whose input row lies outside the image reads a zero), each
+// chunk loaded once and kept for the next vector, the taps kw ≠ P made from two neighbouring chunks by valignd; a lane
+// whose input column lies outside the image keeps its sum (the FMA's mask: a row's end reads the next row's start
+// there; so a non-finite weight of a column tap does not reach the outputs at the image's left and right edges, where
+// the padded paths add 0 · w). The chunks' and columns' masks are made once per call (the same for every channel); the
+// affine epilogue in registers, any other over each plane after it. Planes of at most plane_max_vectors · 16
+// positions.
+//
+// Lane l: element l + D of the chunk b (from a's last lanes or c's first when l + D leaves it). (The masked form of
+// valignd: the unmasked one starts from an undefined vector, which GCC 12's -Wmaybe-uninitialized reports.)
+template <int D>
+__attribute__((always_inline)) inline __m512 plane_shifted(__m512 a, __m512 b, __m512 c) {
+    const __m512i lo = _mm512_castps_si512(D < 0 ? a : b), hi = _mm512_castps_si512(D < 0 ? b : c);
+    if constexpr (D == 0) {
+        return b;
+    } else {
+        return _mm512_castsi512_ps(_mm512_mask_alignr_epi32(lo, 0xFFFF, hi, lo, D < 0 ? 16 + D : D));
+    }
+}
+
+// One kernel row's 3 taps of one vector into acc (a, b, c: the chunks before, at and after the vector's; w: the row's
+// weight vectors; left, right: the lanes whose input column ow - 1, ow + 1 lies in the image).
+__attribute__((always_inline)) inline __m512 plane_row(__m512 acc, __m512 a, __m512 b, __m512 c, const __m512* w,
+                                                       __mmask16 left, __mmask16 right) {
+    acc = _mm512_mask3_fmadd_ps(w[0], plane_shifted<-1>(a, b, c), acc, left);
+    acc = _mm512_fmadd_ps(w[1], b, acc);
+    return _mm512_mask3_fmadd_ps(w[2], plane_shifted<1>(a, b, c), acc, right);
+}
+
+constexpr int plane_block = 4;  // (by_plane: the vectors of a channel at a time, their sums' FMA chains in flight)
+
+// The masks by_plane's vectors share: vector t's lanes whose column ow - 1 and ow + 1 lies in the image, and the
+// lanes of chunk t - 1 of kernel row k that lie in the plane [0, n).
+struct plane_masks {
+    __mmask16 left[plane_max_vectors + plane_block], right[plane_max_vectors + plane_block];
+    __mmask16 loads[3][plane_max_vectors + plane_block + 2];
+};
+
+// One channel's plane yc from xc (w: its 9 weights), the affine epilogue fin (bias b0) in registers when on.
+__attribute__((noinline)) inline void plane_channel(const float* xc, const float* w, float* yc, conv_dim W, conv_dim n,
+                                                   const plane_masks& m, const affine<float>& fin, bool on, float b0) {
+    constexpr int K = 3, U = plane_block;
+    const conv_dim T = tiles::index_div(n + 15, 16);
+    __m512 wv[K * K], a[K], b[K];
+#pragma GCC unroll 16
+    for (int i = 0; i < K * K; ++i) {
+        wv[i] = _mm512_set1_ps(w[i]);
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < K; ++k) {  // (chunks -1 and 0 of each kernel row)
+        a[k] = _mm512_maskz_loadu_ps(m.loads[k][0], xc + (k - 1) * W - 16);
+        b[k] = _mm512_maskz_loadu_ps(m.loads[k][1], xc + (k - 1) * W);
+    }
+    for (conv_dim t = 0; t < T; t += U) {  // (the last U may reach past the plane: masked loads and stores)
+        __m512 acc[U];
+#pragma GCC unroll 4
+        for (int u = 0; u < U; ++u) {
+            acc[u] = _mm512_setzero_ps();
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < K; ++k) {
+            __m512 next[U];
+#pragma GCC unroll 4
+            for (int u = 0; u < U; ++u) {
+                next[u] = _mm512_maskz_loadu_ps(m.loads[k][t + 2 + u], xc + 16 * (t + 1 + u) + (k - 1) * W);
+            }
+            acc[0] = plane_row(acc[0], a[k], b[k], next[0], wv + k * K, m.left[t], m.right[t]);
+            acc[1] = plane_row(acc[1], b[k], next[0], next[1], wv + k * K, m.left[t + 1], m.right[t + 1]);
+#pragma GCC unroll 4
+            for (int u = 2; u < U; ++u) {
+                acc[u] = plane_row(acc[u], next[u - 2], next[u - 1], next[u], wv + k * K, m.left[t + u],
+                                   m.right[t + u]);
+            }
+            a[k] = next[U - 2];
+            b[k] = next[U - 1];
+        }
+#pragma GCC unroll 4
+        for (int u = 0; u < U; ++u) {
+            if (on) {
+                tiles::simd<float>::v v = acc[u];
+                acc[u] = tiles::finish<float>(v, fin, b0);
+            }
+            _mm512_mask_storeu_ps(yc + 16 * (t + u), lanes_in(0, n, 16 * (t + u)), acc[u]);
+        }
+    }
+}
+
+__attribute__((noinline)) inline void plane_channels(const conv_shape& s, const float* x, const float* w, float* y,
+                                                    const epilogue<float>& eg) {
+    constexpr int U = plane_block;
+    const conv_dim W = s.in[2], n = s.in[1] * W, C = s.channels, T = tiles::index_div(n + 15, 16);
+    const affine<float> fin = eg.in_registers(0);
+    const bool on = bool(fin);
+    plane_masks m;
+    for (conv_dim t = 0; t < T + U + 2; ++t) {
+        for (int k = 0; k < 3; ++k) {
+            m.loads[k][t] = lanes_in(0, n, 16 * (t - 1) + (k - 1) * W);
+        }
+    }
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i wide = _mm512_set1_epi32(int(W)), step = _mm512_set1_epi32(int(16 - tiles::index_div(16, W) * W));
+    __m512i col = lane;  // (the lanes' columns, p mod W)
+    for (int q = 0; q < 16; ++q) {
+        col = _mm512_mask_sub_epi32(col, _mm512_cmpge_epi32_mask(col, wide), col, wide);
+    }
+    for (conv_dim t = 0; t < T + U; ++t) {
+        m.left[t] = _mm512_cmpge_epi32_mask(col, _mm512_set1_epi32(1));
+        m.right[t] = _mm512_cmplt_epi32_mask(col, _mm512_set1_epi32(int(W - 1)));
+        col = _mm512_add_epi32(col, step);
+        col = _mm512_mask_sub_epi32(col, _mm512_cmpge_epi32_mask(col, wide), col, wide);
+    }
+    for (conv_dim c = 0; c < C; ++c) {
+        plane_channel(x + c * n, w + c * 9, y + c * n, W, n, m, fin, on, on && fin.bias != nullptr ? fin.bias[c] : 0.0f);
+        if (!on) {
+            eg(c, 0, y + c * n, n, 1, 1, n);
+        }
+    }
+}
+
+__attribute__((noinline)) inline void plane_images(const conv_shape& s, conv_dim images, const float* x,
+                                                   const float* w, float* y, const epilogue<float>& epi) {
+    const conv_dim n = s.positions(), C = s.channels;
+    for (conv_dim image = 0; image < images; ++image) {
+        const epilogue<float> eg = epi.group(image, 0);
+        plane_channels(s, x + image * C * n, w, y + image * C * n, eg);
+    }
+}
 #endif
 
 }  // namespace depthwise
@@ -2907,6 +3061,10 @@ void conv_depthwise(const conv_shape& s, int64_t images, const T* x, const T* w,
     if constexpr (std::is_same_v<T, float>) {
         if (depthwise::by_rows<T>(s)) {
             depthwise::rows_channels(s, images, x, w, y, epi);
+            return;
+        }
+        if (depthwise::by_plane<T>(s)) {
+            depthwise::plane_images(s, images, x, w, y, epi);
             return;
         }
         if (depthwise::across<T>(s)) {

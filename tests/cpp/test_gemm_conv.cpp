@@ -525,6 +525,20 @@ void depthwise_convs(uint64_t& state) {
             check_conv<T>(s, 1 + trial % 2, trial & 4, 2, state);
         }
     }
+    // Small planes flat (on AVX-512, ks::depthwise::by_plane: 3 × 3 at stride 1 with one place of padding, rows
+    // narrower than 28, at most 256 positions): 1 to 16 rows of 1 to 27 (a vector spanning 1 to 16 rows, a partial last
+    // vector or none, the last block of 4 vectors past the plane), and planes of more than 256 positions (across).
+    for (int trial = 0; trial < 48; ++trial) {
+        ks::conv_shape s{};
+        s.channels = s.groups = s.out_channels = 1 + trial * 7 % 20;
+        s.in[0] = s.out[0] = s.kernel[0] = s.stride[0] = s.dilation[0] = 1;
+        for (int a = 1; a < 3; ++a) {
+            s.kernel[a] = 3;
+            s.stride[a] = s.dilation[a] = s.pad[a] = 1;
+            s.in[a] = s.out[a] = a == 2 ? 1 + trial * 5 % 27 : 1 + trial * 3 % 16;
+        }
+        check_conv<T>(s, 1 + trial % 2, trial & 4, 2, state);
+    }
     // Planes of more than 3136 outputs (across channels on AVX-512 in bands of rows, ks::depthwise::band_rows;
     // rows wider than a band's 896 positions: one row a band): bands whose windows reach the padding above, below
     // or neither, a last band shorter than the others.
