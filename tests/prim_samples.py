@@ -164,6 +164,31 @@ def _fold_ref(stride, dilation, n):
     return ref
 
 
+def _softmax_table(x_scale, n):
+    """onnxruntime's QLinearSoftmax table of that scale for rows of n (ops/quant.py: softmax_table)."""
+    from ksbuild.ops.quant import softmax_table
+    return lambda rng, shape: np.broadcast_to(softmax_table(x_scale, n), shape).copy()
+
+
+def _qsoftmax_ref(table, x, ratio, y_zero, lo, hi):
+    """QLinearSoftmax in numpy, written apart from the prim's eval: each row's sum left to right in f32, the
+    quotient in double."""
+    out = np.empty(x.shape, x.dtype)
+    for r in np.ndindex(*x.shape[:-1]):
+        row = x[r].astype(np.int64)
+        e = table[row - row.max() + 255].astype(np.float32)
+        s = np.float32(0)
+        for v in e:
+            s = np.float32(s + v)
+        q = np.minimum(e.astype(np.float64) * ratio / np.float64(s), hi - y_zero)
+        out[r] = np.clip(np.rint(q) + y_zero, lo, hi)
+    return out
+
+
+_QSOFTMAX = {"ratio": 256.0, "y_zero": 0, "lo": 0, "hi": 255}
+_QSOFTMAX_I8 = {"ratio": 200.0, "y_zero": -100, "lo": -128, "hi": 120}
+
+
 def _scales(rng, shape):
     return rng.uniform(0.0005, 0.02, shape).astype(np.float32)
 
@@ -459,6 +484,11 @@ SAMPLES = {
                 lambda table, x: table[x]),
     "qlookup:int8": ((Type("i8", (256,)), Type("i8", (2, 7))), {}, (index_between(-128, 128), index_between(-128, 128)),
                      lambda table, x: table[x.astype(np.int64) % 256]),
+    "qsoftmax": ((Type("f32", (256,)), Type("u8", (3, 4, 9))), _QSOFTMAX, (_softmax_table(0.07, 9), index_below(256)),
+                 lambda table, x: _qsoftmax_ref(table, x, **_QSOFTMAX)),
+    "qsoftmax:int8": ((Type("f32", (256,)), Type("i8", (5, 6))), _QSOFTMAX_I8,
+                      (_softmax_table(0.2, 6), index_between(-128, 128)),
+                      lambda table, x: _qsoftmax_ref(table, x, **_QSOFTMAX_I8)),
     "bitwise:and": ((Type("i64", (3, 4)), Type("i64", (3, 4))), {"op": "and"}, (index_between(-50, 50),) * 2,
                     _bits_ref(lambda a, c: a & c)),
     "bitwise:xor": ((Type("i32", (3, 4)), Type("i32", (3, 4))), {"op": "xor"}, (index_between(-50, 50),) * 2,
@@ -520,6 +550,7 @@ UNBATCHED: dict[str, tuple[int, ...]] = {"tree_walk": (1, 2),  # (a forest's tab
                                           "qconv": (1, 2, 3), "qconv:int8_1d": (1, 2, 3),
                                           "qmatmul": (1, 2, 3),
                                           "qlookup": (0,), "qlookup:int8": (0,),  # (its table is a constant)
+                                          "qsoftmax": (0,), "qsoftmax:int8": (0,),
                                           "loop": (0,)}  # (a trip count batched is a lane_cond's job)
 
 

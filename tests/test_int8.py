@@ -93,19 +93,18 @@ def qlinear_matmul_activations(batch, m, k, n, at=U8, bt=U8, yt=U8):
 SOFTMAX_PARAMS = (0.005, 0, 1 / 16384, 0)  # x_scale, x_zero, y_scale, y_zero: most results between 60 and 240
 
 
-def qlinear_softmax_rows():
-    """com.microsoft QLinearSoftmax (opset 13, last axis) of 4096 random rows of 128 bytes (attention's), with
-    SOFTMAX_PARAMS: results mostly far from 0 and 255, where a row sum one bit off flips a rounding now and then.
-    onnxruntime 1.32's sums are not left to right (its qlinear_softmax.cc reads so): numpy emulations of its
-    arithmetic with the sums left to right, in 2 to 64 lanes, pairwise or in double each differ from it on 14 to 20
-    of the 524288 values, as ours (vectorized) does: within one step."""
-    x = np.random.default_rng(5).integers(0, 256, (4096, 128), dtype=np.uint8)
-    inits = [_init(n, np.float32(v) if n[0] == "s" else np.uint8(v)) for n, v in zip(("sx", "zx", "sy", "zy"),
-                                                                                    SOFTMAX_PARAMS)]
+def qlinear_softmax_rows(rows=4096, n=128, params=SOFTMAX_PARAMS, t=U8, seed=5):
+    """com.microsoft QLinearSoftmax (opset 13, last axis) of random rows of n bytes (by default 4096 of 128,
+    attention's, with SOFTMAX_PARAMS: results mostly far from 0 and 255, where a row sum or a quotient one bit off
+    flips a rounding now and then: test_qlinear_softmax_rows_discriminate)."""
+    lo, hi = (0, 256) if t == U8 else (-128, 128)
+    x = np.random.default_rng(seed).integers(lo, hi, (rows, n)).astype(NP[t])
+    inits = [_init(k, np.float32(v) if k[0] == "s" else np.array(v, NP[t])) for k, v in zip(("sx", "zx", "sy", "zy"),
+                                                                                          params)]
     node = helper.make_node("QLinearSoftmax", ["x", "sx", "zx", "sy", "zy"], ["y"], domain="com.microsoft", axis=-1,
                             opset=13)
-    return _model([node], [helper.make_tensor_value_info("x", U8, list(x.shape))],
-                  [helper.make_tensor_value_info("y", U8, None)], inits, ms=True), {"x": x}
+    return _model([node], [helper.make_tensor_value_info("x", t, list(x.shape))],
+                  [helper.make_tensor_value_info("y", t, None)], inits, ms=True), {"x": x}
 
 
 def qgemm(rows, k, n, trans_b=0, float_out=False, per_column=False):
@@ -255,14 +254,17 @@ EXACT = {  # name -> (model, feeds): onnxruntime's products, bit for bit
     "conv_extreme": qlinear_extreme("conv", 6, 64, 24),
     "matmul_activations": qlinear_matmul_activations((2, 3), 9, 20, 35),  # (one ks::qmatmul per matrix)
     "matmul_activations_i8": qlinear_matmul_activations((4,), 5, 8, 40, at=I8, bt=I8, yt=I8),
+    # QLinearSoftmax: onnxruntime's table (of logf), the row sums left to right in f32, the quotients in double
+    "qlinear_softmax": contrib("QLinearSoftmax", axis=-1, opset=13),
+    "qlinear_softmax_rows": qlinear_softmax_rows(),
+    "qlinear_softmax_short_rows": qlinear_softmax_rows(512, 77),  # (e · floor(1 / y_scale) past FLT_MAX in f32)
+    "qlinear_softmax_i8": qlinear_softmax_rows(300, 40, (0.11, -3, 1 / 256, -128), I8, seed=6),  # (127s saturate)
 }
 WITHIN_ONE_STEP = {  # float-defined operators that onnxruntime computes with its own rounding
     "qlinear_concat": contrib("QLinearConcat", axis=1),
     "qlinear_avgpool": contrib("QLinearAveragePool"),
     "qlinear_sigmoid": contrib("QLinearSigmoid"),
     "qlinear_leaky_relu": contrib("QLinearLeakyRelu", alpha=0.1),
-    "qlinear_softmax": contrib("QLinearSoftmax", axis=-1, opset=13),  # (onnxruntime's table; the sums' order ours)
-    "qlinear_softmax_rows": qlinear_softmax_rows(),
 }
 
 
@@ -329,6 +331,46 @@ def test_qlinear_add_pairs_discriminate(ops_pkg, name):
         assert np.count_nonzero(definition != want) > 20
 
 
+def _softmax_emulation(x, params, log=np.log, lanes=1, quotient=np.float64):
+    """QLinearSoftmax of rows x in numpy: the table with shift log(FLT_MAX / n) - 5 (log: the f32 one or math.log's
+    double), each row's f32 sum in `lanes` running sums added together at the end, the quotient in `quotient`."""
+    import math
+    f32 = np.float32
+    sx, _, sy, zy = params
+    n = x.shape[-1]
+    shift = max(0.0, float(log(f32(np.finfo(f32).max) / f32(n))) - 5.0) / float(f32(sx))
+    table = np.exp((np.arange(256) - 255 + shift) * float(f32(sx))).astype(f32)
+    xi = x.astype(np.int64)
+    e = table[xi - xi.max(-1, keepdims=True) + 255]
+    acc = np.zeros((x.shape[0], lanes), f32)
+    for k in range(0, n, lanes):
+        acc[:, :min(lanes, n - k)] += e[:, k:k + lanes]
+    total = acc[:, 0]
+    for j in range(1, lanes):
+        total = (total + acc[:, j]).astype(f32)
+    with np.errstate(over="ignore"):
+        q = (e.astype(quotient) * quotient(math.floor(f32(1) / f32(sy)))) / total[:, None].astype(quotient)
+    lo, hi = (-128, 127) if x.dtype == np.int8 else (0, 255)
+    return np.clip(np.rint(np.minimum(q, hi - zy + 1.0)) + zy, lo, hi)
+
+
+def test_qlinear_softmax_rows_discriminate(ops_pkg):
+    """Where QLinearSoftmax's rows round: onnxruntime 1.32 equals the emulation of ks::qsoftmax's arithmetic on every
+    value, and each of what it replaced (until the fourteenth session: the shift's log in double, the sums in 16
+    lanes, the quotient in f32) differs on some, so test_integer_products_equal_onnxruntime's equality is a check."""
+    import math
+    root, _ = ops_pkg
+    for name in ("qlinear_softmax_rows", "qlinear_softmax_short_rows"):
+        x = EXACT[name][1]["x"]
+        want = _ort(root / f"{name}.onnx", {"x": x}).astype(np.int64)
+        assert np.array_equal(_softmax_emulation(x, SOFTMAX_PARAMS), want)
+        for variant in (dict(log=math.log), dict(lanes=16), dict(quotient=np.float32)):
+            assert np.count_nonzero(_softmax_emulation(x, SOFTMAX_PARAMS, **variant) != want) > 0, (name, variant)
+    # (rows of 77: e · floor(1 / y_scale) overflows in f32 for a third of the values)
+    x = EXACT["qlinear_softmax_short_rows"][1]["x"]
+    assert np.count_nonzero(_softmax_emulation(x, SOFTMAX_PARAMS, quotient=np.float32) == 255) > x.size // 10
+
+
 @pytest.mark.parametrize("name", sorted(WITHIN_ONE_STEP))
 def test_float_defined_quantized_ops_within_one_step(ops_pkg, name):
     root, pkg = ops_pkg
@@ -351,6 +393,7 @@ def test_generated_code_calls_the_integer_kernels(ops_pkg):
     assert "ks::qconv<uint8_t, uint8_t>" in cpp and "ks::qconv_depthwise<" in cpp
     assert "ks::qmatmul<int8_t, int8_t>" in cpp and "ks::qmatmul<uint8_t, int32_t>" in cpp
     assert "ks::qconv<int8_t, int8_t>" in cpp  # (the grouped convolution of int8 activations)
+    assert "ks::qsoftmax<uint8_t>" in cpp and "ks::qsoftmax<int8_t>" in cpp
 
 
 def test_interpreter_equals_compiled(ops_pkg):

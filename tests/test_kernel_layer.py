@@ -191,15 +191,16 @@ def test_no_kernel_layer_function_has_a_frame_above_the_bound(trees):
 
 @pytest.mark.parametrize("level", ["x86-64", "x86-64-v3", "x86-64-v4"])
 def test_integer_kernel_frames_are_under_the_bound(level, tmp_path):
-    """ks/qconv.h's kernels (the integer layer the packages here do not compile) instantiated as kernels.cpp does
-    and compiled at -O3 for an x86-64 level: every frame at most FRAME_BOUND (the AVX-512 paths are compiled at every
-    level, by their target attributes)."""
+    """ks/qconv.h's kernels (the integer layer the packages here do not compile; with int32 and float sums, and
+    ks::qsoftmax) instantiated as kernels.cpp does and compiled at -O3 for an x86-64 level: every frame at most
+    FRAME_BOUND (the AVX-512 paths are compiled at every level, by their target attributes)."""
     if not shutil.which("g++") or os.uname().machine != "x86_64":
         pytest.skip("needs g++ on an x86-64 host")
     source = tmp_path / "q8.cpp"
     source.write_text('#include "ks/qconv.h"\nnamespace ks {\ninline namespace KS_KERNELS {\n' +
                       "".join(f"KS_QUANT_LAYER(template, {a}, {b})\n" for a in ("uint8_t", "int8_t")
-                              for b in ("uint8_t", "int8_t")) + "}\n}\n")
+                              for b in ("uint8_t", "int8_t")) +
+                      "".join(f"KS_QSUMS_LAYER(template, {a})\n" for a in ("uint8_t", "int8_t")) + "}\n}\n")
     prelude = Path(__file__).resolve().parent.parent / "prelude"
     subprocess.run(["g++", "-std=c++17", "-O3", "-DNDEBUG", "-fPIC", "-fno-math-errno", f"-march={level}",
                     "-fcallgraph-info=su", f"-I{prelude}", "-c", str(source), "-o", str(tmp_path / "q8.o")],

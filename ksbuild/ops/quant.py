@@ -179,32 +179,30 @@ def integer_operand(b, x: Atom, zp: Atom | None, axis: int | None = None) -> Ato
 def softmax_table(x_scale: float, length: int):
     """onnxruntime's QLinearSoftmax table (contrib_ops/cpu/quantization/qlinear_softmax.cc): entry i is
     exp((i - 255 + shift) · x_scale) in double, stored as f32, with shift = max(0, log(FLT_MAX / length) - 5) / x_scale
-    (so that a sum of `length` entries stays finite); entry 255 belongs to a row's largest byte."""
+    (so that a sum of `length` entries stays finite); entry 255 belongs to a row's largest byte. The logarithm is
+    the f32 one (its argument FLT_MAX / length is an f32, and onnxruntime 1.32's tables are those of logf: with the
+    double log 8-17 of 524288 results of tests/test_int8.py's rows differ from it)."""
     import math
 
     import numpy as np
     f32 = np.float32
-    shift = max(0.0, math.log(float(f32(np.finfo(f32).max) / f32(length))) - 5.0) / float(f32(x_scale))
+    logf = f32(math.log(float(f32(np.finfo(f32).max) / f32(length))))  # (the f32 log, correctly rounded)
+    shift = max(0.0, float(logf) - 5.0) / float(f32(x_scale))
     return np.exp((np.arange(256, dtype=np.float64) - 255 + shift) * float(f32(x_scale))).astype(f32)
 
 
 def softmax_quantized(b, x: Atom, axis: int, table: Atom, y_scale: float, y_zp: int, dtype: str,
                       compute: str) -> Atom:
     """The softmax of an 8-bit tensor along `axis` (the last) as onnxruntime's QLinearSoftmax computes it: each
-    byte's table entry e = table[x - max(x) + 255] (softmax_table), the row's f32 sum s of them, and
-    round_half_even(e · floor(1 / y_scale) / s) + y_zp, saturated (its kernel multiplies by floor(1 / y_scale), not
-    by 1 / y_scale). The sum's order is the loops', not onnxruntime's left-to-right one: within one step."""
+    byte's table entry e = table[x - max(x) + 255] (softmax_table), the row's f32 sum s of them added left to right,
+    and round_half_even(e · floor(1 / y_scale) / s) + y_zp in double (e · floor(1 / y_scale) is exact there; in f32
+    it overflows for rows shorter than about 110 and a y_scale of 1 / 16384), saturated (its kernel multiplies by
+    floor(1 / y_scale), not by 1 / y_scale). The qsoftmax prim (ks::qsoftmax); onnxruntime 1.32's results are
+    those, bit for bit (docs/quantization.md)."""
     import numpy as np
-
-    from . import index
-    from . import reduce as red
+    if axis != x.type.rank - 1:
+        raise error(b, f"softmax_quantized along axis {axis} of {x.type}: the last axis only")
     lo, hi = INT_RANGES[dtype]
-    f = Type("f32")
-    xi = b.convert(x, dtype="i32")
-    idx = b.add(b.sub(xi, red.amax(b, xi, [axis], keepdim=True)), Lit(255, Type("i32")))
-    e = index.gather(b, table, idx, 0)
-    total = red.sum(b, e, [axis], keepdim=True)
     ratio = float(np.floor(np.float32(1.0) / np.float32(y_scale)))
-    v = b.add(round_half_even(b, b.div(b.mul(e, Lit(ratio, f)), total)), Lit(float(y_zp), f))
-    q = b.max(b.min(v, Lit(float(hi), f)), Lit(float(lo), f))
-    return b.convert(q, dtype=compute)
+    y = b.qsoftmax(table, b.convert(x, dtype=dtype), ratio=ratio, y_zero=int(y_zp), lo=int(lo), hi=int(hi))
+    return b.convert(y, dtype=compute)

@@ -108,11 +108,11 @@ def target_record(t: Target) -> dict:
 
 KERNEL_LAYER_CALL = re.compile(r"\bks::(tiled_gemm|packed_gemm|gemm|conv|conv_as|conv_rows|conv_winograd|"
                                r"conv_depthwise|conv_dots|conv_pointwise|"
-                               r"winograd_kernel|max_pool|qconv|qconv_depthwise|qmatmul|qmatmul_folded|qlookup|parts::\w+)<")
+                               r"winograd_kernel|max_pool|qconv|qconv_depthwise|qmatmul|qmatmul_folded|qlookup|qsoftmax|parts::\w+)<")
 """A call of the kernel layer (ks/kernels.h) in generated code: the project then compiles src/ks/kernels.cpp."""
 
 
-INTEGER_KERNEL_CALL = re.compile(r"\bks::(qconv|qconv_depthwise|qmatmul|qmatmul_folded|qlookup|qpack_rows|"
+INTEGER_KERNEL_CALL = re.compile(r"\bks::(qconv|qconv_depthwise|qmatmul|qmatmul_folded|qlookup|qsoftmax|qpack_rows|"
                                  r"qpack_columns)\b")
 """A call of the kernel layer's integer kernels (ks/qconv.h): the project then compiles them too (KS_KERNELS_INT8;
 a package of float kernels only does not carry their code)."""

@@ -1,4 +1,5 @@
-"""qconv, qmatmul: 8-bit integer convolution and matrix product, requantized (ONNX QLinearConv, QLinearMatMul).
+"""qconv, qmatmul: 8-bit integer convolution and matrix product, requantized (ONNX QLinearConv, QLinearMatMul);
+qlookup, qsoftmax, qpack.
 
 qconv[strides, pads, dilations, groups, x_zero, y_zero, lo, hi, out](x, w, bias, scale) -> y
     x [N, C, S...] u8 or i8, w [M, C/G, K...] i8 (zero point 0), bias i32 [M], scale f32 [1] or [M];
@@ -16,6 +17,10 @@ qlookup(table, x) -> y
     table [256] u8 or i8, x u8 or i8 of any shape; y of x's shape and table's type: y = table[the byte of x] (an int8
     x's byte: x + 256 when negative). transforms/tabulate.py makes it of a float region from one 8-bit tensor to an
     8-bit result, the table being that region computed on all 256 bytes (ks::qlookup).
+qsoftmax[ratio, y_zero, lo, hi](table, x) -> y
+    table [256] f32 (ops/quant.py: softmax_table), x u8 or i8 [..., n]; y of x's shape and type: onnxruntime's
+    QLinearSoftmax along the last axis, e = table[x - max(row) + 255], the row's f32 sum s added left to right,
+    y = clamp(round_half_even(e · ratio / s) + y_zero, lo, hi) with the quotient in double (ks::qsoftmax).
 qpack[layout, groups](w) -> bytes
     w as the kernels read it (prelude/ks/qconv.h): layout "rows", a convolution's kernel [M, C/G, K...], each
     group's output channels in tiles of 8 rows of four consecutive depths; layout "columns", a product's b [K, N],
@@ -451,4 +456,53 @@ qlookup = Prim(
     batch=_qlookup_batch,
     emit=_emit_qlookup,
     doc="an 8-bit tensor mapped through a 256-entry table (a unary region of an int8 model, tabulated)",
+)
+
+
+# ---- qsoftmax ---------------------------------------------------------------------------------------------------
+
+def _qsoftmax_rule(in_types, ratio, y_zero, lo, hi):
+    table, x = in_types
+    if table.dtype != "f32" or table.shape != (256,) or x.dtype not in ACTIVATIONS or x.rank < 1:
+        raise KsbuildError(f"qsoftmax of {x} with {table}: expected an f32 table [256] and u8 or i8 bytes")
+    return (Type(x.dtype, x.shape),)
+
+
+def qsoftmax_reference(table, x, ratio, y_zero, lo, hi, env=None):
+    """ks::qsoftmax in numpy: the row sums left to right in f32, the quotients in double."""
+    xi = np.asarray(x).astype(np.int64)
+    e = np.asarray(table, np.float32)[xi - xi.max(-1, keepdims=True) + 255]
+    s = np.zeros(e.shape[:-1], np.float32)
+    for k in range(e.shape[-1]):
+        s = (s + e[..., k]).astype(np.float32)
+    q = np.minimum(e.astype(np.float64) * ratio / s[..., None].astype(np.float64), hi - y_zero + 1.0)
+    return (np.clip(np.rint(q) + y_zero, lo, hi).astype(np.asarray(x).dtype),)
+
+
+def _qsoftmax_batch(b, ins, batched, size, **params):
+    if batched[0]:
+        raise KsbuildError("vmap of qsoftmax over its table is not supported (only over its rows)")
+    return [b.qsoftmax(*ins, **params)], [True]
+
+
+def _emit_qsoftmax(ctx, eqn: Eqn) -> None:
+    table, x = eqn.ins
+    (y,) = eqn.outs
+    st, sx = _dense(ctx, table, "table"), _dense(ctx, x, "bytes")
+    dst, out = _dense_target(ctx, y, "qsoftmax")
+    rows = ctx.dim(numel(x.type.shape[:-1])) if x.type.rank > 1 else "1"
+    p = eqn.params
+    ctx.line(f"ks::qsoftmax<{ctx.ctype(x.type)}>({rows}, {ctx.dim(x.type.shape[-1])}, {st.base}, {sx.base}, "
+             f"{out.base}, {float(p['ratio'])!r}, {p['y_zero']}, {p['lo']}, {p['hi']});")
+    _finish(ctx, y, out, dst)
+
+
+qsoftmax = Prim(
+    name="qsoftmax",
+    type_rule=_qsoftmax_rule,
+    eval=qsoftmax_reference,
+    jvp=_no_derivative("qsoftmax"),
+    batch=_qsoftmax_batch,
+    emit=_emit_qsoftmax,
+    doc="onnxruntime's QLinearSoftmax of 8-bit rows (the last axis) through its table of exponentials (ks::qsoftmax)",
 )

@@ -2369,6 +2369,69 @@ void qlookup(conv_dim n, const TY* table, const TX* x, TY* y) {
     }
 }
 
+// onnxruntime's QLinearSoftmax along rows of n bytes (ksbuild/ops/quant.py: softmax_quantized): each byte's entry
+// e = table[x - max(row) + 255], the row's f32 sum s of them added left to right, and
+// y = clamp(round_half_even(e · ratio / s) + y_zero, lo, hi) with the quotient in double (e · ratio exact there;
+// ratio = floor(1 / y_scale)), which is onnxruntime 1.32's result bit for bit. The sums run eight rows at a time,
+// each row's in its order, so that eight chains of dependent additions overlap; the quotients are a loop the
+// compiler vectorizes (a gather of the entries, double lanes).
+namespace qtile {
+constexpr conv_dim softmax_rows = 8;
+
+template <class T>
+int row_max(conv_dim n, const T* x) {
+    int m = x[0];
+    KS_OMP_SIMD(reduction(max : m))
+    for (conv_dim k = 0; k < n; ++k) {
+        m = m > int(x[k]) ? m : int(x[k]);
+    }
+    return m;
+}
+
+// round half to even of 0 <= q < 2^51 in the default rounding mode (the sum rounds away the fraction)
+inline double round_even(double q) {
+    const double big = 6755399441055744.0;  // 1.5 · 2^52
+    return (q + big) - big;
+}
+
+// y[k] = round_half_even(min(e[k] · ratio / sum, top)) + y_zero for e[k] = t[x[k]]
+template <class T>
+void softmax_row(conv_dim n, const float* t, const T* x, T* y, double ratio, double sum, double top, int y_zero) {
+    KS_OMP_SIMD()
+    for (conv_dim k = 0; k < n; ++k) {
+        const double q = double(t[int(x[k])]) * ratio / sum;
+        y[k] = T(int(round_even(q < top ? q : top)) + y_zero);
+    }
+}
+}  // namespace qtile
+
+template <class T>
+void qsoftmax(conv_dim rows, conv_dim n, const float* table, const T* x, T* y, double ratio, int y_zero, int lo,
+              int hi) {
+    (void)lo;  // (0 <= e · ratio / s and lo <= y_zero: no result is below lo)
+    constexpr conv_dim g = qtile::softmax_rows;
+    const double top = double(hi - y_zero);  // (a quotient above it saturates, an integer: round_even keeps it)
+    for (conv_dim r0 = 0; r0 < rows; r0 += g) {
+        const conv_dim live = rows - r0 < g ? rows - r0 : g;
+        const float* t[g];
+        const T* row[g];
+        float s[g];
+        for (conv_dim i = 0; i < g; ++i) {
+            row[i] = x + (r0 + (i < live ? i : 0)) * n;
+            t[i] = table + 255 - qtile::row_max(n, row[i]);
+            s[i] = 0.0f;
+        }
+        for (conv_dim k = 0; k < n; ++k) {
+            for (conv_dim i = 0; i < g; ++i) {
+                s[i] += t[i][int(row[i][k])];
+            }
+        }
+        for (conv_dim i = 0; i < live; ++i) {
+            qtile::softmax_row(n, t[i], row[i], y + (r0 + i) * n, ratio, double(s[i]), top, y_zero);
+        }
+    }
+}
+
 // The integer kernels the layer compiles, for activations TX and outputs TY (ks/kernels.h).
 #define KS_QUANT_LAYER(PREFIX, TX, TY)                                                                            \
     PREFIX void qconv<TX, TY>(const conv_shape&, conv_dim, const TX*, const uint8_t*, TY*, uint8_t*, const requant&); \
@@ -2389,17 +2452,19 @@ void qlookup(conv_dim n, const TY* table, const TX* x, TY* y) {
 #endif
 
 // ks::qmatmul with int32 results (ONNX MatMulInteger), and (but on a microcontroller, which ksbuild leaves them
-// int32: transforms/float_products.py) with float ones, for activations TX.
+// int32: transforms/float_products.py) with float ones, for activations TX; ks::qsoftmax of TX.
 #if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M'
 #define KS_QSUMS_LAYER(PREFIX, TX)                                                                                \
     PREFIX void qmatmul<TX, int32_t>(conv_dim, conv_dim, conv_dim, const TX*, conv_dim, const uint8_t*, int32_t*,  \
-                                     uint8_t*, const requant&);
+                                     uint8_t*, const requant&);                                                   \
+    PREFIX void qsoftmax<TX>(conv_dim, conv_dim, const float*, const TX*, TX*, double, int, int, int);
 #else
 #define KS_QSUMS_LAYER(PREFIX, TX)                                                                                \
     PREFIX void qmatmul<TX, int32_t>(conv_dim, conv_dim, conv_dim, const TX*, conv_dim, const uint8_t*, int32_t*,  \
                                      uint8_t*, const requant&);                                                   \
     PREFIX void qmatmul<TX, float>(conv_dim, conv_dim, conv_dim, const TX*, conv_dim, const uint8_t*, float*,      \
-                                   uint8_t*, const requant&);
+                                   uint8_t*, const requant&);                                                     \
+    PREFIX void qsoftmax<TX>(conv_dim, conv_dim, const float*, const TX*, TX*, double, int, int, int);
 #endif
 
 }  // inline namespace KS_KERNELS
