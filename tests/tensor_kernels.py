@@ -259,3 +259,9 @@ def rbf_gram(a: "float[n, d]", b: "float[m, d]", log_ell: float) -> "float[n, m]
     """Squared-exponential kernel matrix between the rows of a and b, accumulated feature by feature."""
     sq = sum((a[:, j][:, None] - b[:, j][None, :]) ** 2 for j in range(a.shape[1]))
     return torch.exp(-0.5 * sq * torch.exp(-2.0 * log_ell))
+
+
+def shared_left_product(a: "float[m, 22]", b: "float[w, 22, 12]", c: "float[w, m, 12]") -> "float[w, m, 12]":
+    """One left operand by a right operand per direction (jvp directions through shared skinning weights, as
+    GradBench's ht): the directions' columns side by side in one product."""
+    return torch.tanh(torch.einsum("mk,wkn->wmn", a, b)) * c

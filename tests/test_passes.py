@@ -340,8 +340,10 @@ over_w = "vmap(mm, in_axes=(None, 0))"
 
 
 def test_a_product_batched_on_one_side_is_a_gemm_per_batch(tmp_path):
-    """vmap of x @ w over x only or over w only (jacfwd's tangents of w·x are the second) is a ks::tiled_gemm
-    per batch index, the other operand shared, not a loop nest: gemm_axes takes batch letters of one operand."""
+    """vmap of x @ w over x only or over w only (jacfwd's tangents of w·x are the second) is a ks::tiled_gemm, not
+    a loop nest: gemm_axes takes batch letters of one operand. Over x, one of all batches' rows (prims/tensor.py:
+    _batches_as_rows); over w, one of x by every batch's 5 columns side by side (_batches_side_by_side); not one
+    per batch."""
     from conftest import build_kernel_file
 
     from ksbuild.prims.lowering import gemm_axes
@@ -356,9 +358,10 @@ def test_a_product_batched_on_one_side_is_a_gemm_per_batch(tmp_path):
     np.testing.assert_allclose(pkg.over_x(xs, w), xs @ w, rtol=1e-12)
     np.testing.assert_allclose(pkg.over_w(x, ws), x @ ws, rtol=1e-12)
     src = (pkg.root / "share" / "one_side" / "src" / "one_side.cpp").read_text()
-    for export in ("over_x", "over_w"):
-        body = src.split(f"one_side_{export}(", 1)[1].split("\n}\n", 1)[0]
-        assert "ks::tiled_gemm<double>(n, 5, 6" in body and "for (int64_t i = 0; i < " in body, export
+    body = src.split("one_side_over_x(", 1)[1].split("\n}\n", 1)[0]
+    assert body.count("ks::tiled_gemm<double>(") == 1 and "ks::tiled_gemm<double>(n, 5, 6" not in body, body
+    body = src.split("one_side_over_w(", 1)[1].split("\n}\n", 1)[0]
+    assert body.count("ks::tiled_gemm<double>(n, ") == 1 and "ks::tiled_gemm<double>(n, 5, 6" not in body, body
 
 
 def test_a_tiny_product_is_a_loop_nest(tmp_path):

@@ -263,6 +263,8 @@ CASES = [
     Case("cholesky_energy", cholesky_args(4), 31, label="d4"),
     Case("cov_summary", lambda r: (randn(r, 8, 3),), 32),
     Case("rbf_gram", lambda r: (randn(r, 4, 2), randn(r, 5, 2), 0.1 * r.standard_normal()), 33),
+    Case("shared_left_product", lambda r: (randn(r, 7, 22), randn(r, 3, 22, 12), randn(r, 3, 7, 12)), 731,
+         batched=(False, True, True)),
 ]
 KERNEL_NAMES = list(dict.fromkeys(c.kernel for c in CASES))
 cases = pytest.mark.parametrize("case", CASES, ids=str)

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import KsbuildError
 from ..ir.core import Lit
-from ..ir.types import Type, concrete_shape, dim_add, dim_sub, dim_value, numpy_dtype
+from ..ir.types import Type, concrete_shape, dim_add, dim_mul, dim_sub, dim_value, numpy_dtype
 from .base import PRIMS, Prim, first_along, first_rows
 from .common import splat, zeros
 
@@ -589,9 +589,58 @@ def _einsum_select(b, eqn, ins, backend, threads):
     impl = "loops"
     if eqn.outs[0].type.is_float and gemm_axes(spec) is not None:
         impl = "gemm" if backend.gemm else "loops" if _tiny_product(eqn) else "tiles"
+    if impl == "tiles" and (one := _batches_as_rows(b, eqn, ins) or _batches_side_by_side(b, eqn, ins)) is not None:
+        return one
     return bind_like(b, eqn, contract, ins, {"spec": spec, "impl": impl, "acc": False})
 
 
+def _batches_as_rows(b, eqn, ins):
+    """'wmk,kn->wmn', a product batched in its left operand only, as one product of all batches' rows: A [w, m, k]
+    viewed [w·m, k] (a reshape), C = A · B in one ks::tiled_gemm (B packed once, not once per batch), viewed
+    [w, m, n]. None where the spec is another."""
+    from .lowering import contract, gemm_axes
+    batch, m, n, k = gemm_axes(eqn.params["spec"])
+    a, right, out = parse_spec(eqn.params["spec"])
+    if not batch or a != "".join(batch) + m + k or right != k + n or out != "".join(batch) + m + n:
+        return None
+    x, y = ins
+    rows = x.type.shape[-2]
+    for d in x.type.shape[:-2]:
+        rows = dim_mul(d, rows)
+    flat = b.reshape(x, shape=(rows, x.type.shape[-1]))
+    (product,) = b.bind(contract, [flat, y], {"spec": "mk,kn->mn", "impl": "tiles", "acc": False})
+    return [b.reshape(product, shape=tuple(eqn.outs[0].type.shape))]
+
+
+def _batches_side_by_side(b, eqn, ins):
+    """'mk,wkn->wmn', a product batched in its right operand only (jvp directions through a shared left operand:
+    GradBench's ht skins the corresponded vertices' weights [3c, 22] by each direction's bone transforms [22, 12]),
+    as one product of the left operand by every batch's columns side by side: B [w, k, n] copied to [k, w·n] (small:
+    the shared operand is the large one), C = A · B' [m, w·n] in one ks::tiled_gemm (A packed once, not once per
+    batch; w·n columns fill the register tiles where n = 12 left a remainder), and the result read as C viewed
+    [m, w, n] transposed to [w, m, n] (a view: loop nests read it by strides). None where the spec is another."""
+    from .lowering import contract, gemm_axes
+    batch, m, n, k = gemm_axes(eqn.params["spec"])
+    a, right, out = parse_spec(eqn.params["spec"])
+    if not batch or a != m + k or right != "".join(batch) + k + n or out != "".join(batch) + m + n:
+        return None
+    x, y = ins
+    w = len(batch)
+    inner, cols = y.type.shape[w], y.type.shape[w + 1]
+    if not (isinstance(inner, int) and isinstance(cols, int) and (inner >= cols or cols < SIDE_BY_SIDE_COLS)):
+        return None  # (a consumer that needs the result contiguous copies it: at most w·m·n, less than the
+        # (w - 1)·m·k of A's packings saved when k >= n; narrow n wastes most of each batch's last register tile)
+    sizes = list(y.type.shape[:w])
+    width = y.type.shape[w + 1]
+    for d in sizes:
+        width = dim_mul(d, width)
+    columns = b.reshape(b.transpose(y, perm=(w, *range(w), w + 1)), shape=(y.type.shape[w], width))
+    (product,) = b.bind(contract, [x, columns], {"spec": "mk,kn->mn", "impl": "tiles", "acc": False})
+    rows = b.reshape(product, shape=(x.type.shape[0], *sizes, y.type.shape[w + 1]))
+    return [b.transpose(rows, perm=(*range(1, w + 1), 0, w + 1))]
+
+
+SIDE_BY_SIDE_COLS = 16  # _batches_side_by_side: batches of fewer columns than a register tile go side by side
 TINY_PRODUCT = 64  # multiply-adds: at most a 4 × 4 by 4 × 4 product costs less than a register-tile call
 
 

@@ -65,7 +65,9 @@ PASSES = [
     Pass("gather_early", lambda f, o: gather_early(f),
          "a gather of rows made by row-wise work (elementwise, products, views) takes the rows of that work's "
          "operands"),
-    Pass("cse", lambda f, o: cse(f), "repeated equations computed once"),
+    Pass("cse", lambda f, o: cse(f),
+         "repeated equations computed once (loops, ifs and calls by their bodies' structure); two ifs of one "
+         "condition joined"),
     Pass("tabulate", lambda f, o: tabulate(f),
          "an int8 model's float region from one 8-bit tensor to an 8-bit result becomes a 256-entry table lookup"),
     Pass("hoist", lambda f, o: simplify(hoist(f)),

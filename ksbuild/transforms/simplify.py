@@ -8,6 +8,8 @@ Requires: a Func. Guarantees: an equivalent Func (same values on every input) wh
   - a loop's stacked output that is the same every iteration is a broadcast, or the const it reads a row of
     by the counter (invariant_stacks); one value stacked twice is stacked once (repeated_stacks),
   - row n - 1 of a loop's stacked output that is also a carry is the final carry (last_step),
+  - in a loop's body, select(iota == k along one axis, v, x) with k the counter (so 0 <= k < the loop's length,
+    that axis's size) and v the same along that axis is x with row k replaced by v: index_set (row_update),
   - a clamp that compares strictly compares inclusively: select(x < c, c, x) = select(x <= c, c, x)
     (clamp_inclusive),
   - a product of scaled operands is scaled once: einsum(a · c, b · d) = einsum(a, b) · (c d)
@@ -357,10 +359,57 @@ def used_once(f: Func) -> set[Var]:
     return {v for v, c in count.items() if c == 1}
 
 
-def simplify_once(f: Func) -> Func:
-    """One forward sweep of rewrites and folding, recursing into sub-functions."""
+def row_update(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn], bounds: dict[Var, object]) -> Atom | None:
+    """select(m, v, x) where m is iota == k along one axis of x (reshaped to x's rank), k a loop counter whose
+    bound (the loop's length: the counter runs below it) is that axis's size, and v is the same along that axis:
+    x with row k replaced by v, `index_set`, in place where x dies. `torch.where((torch.arange(b) == i)[:, None,
+    None], new, result)` in a loop over i (GradBench's ht chains its 22 bones so) selected over all b rows of the
+    carry, and over all directions' rows of its tangent, at every step."""
+    if not bounds or eqn.prim.name != "select" or len(ins) != 3:
+        return None
+    m, v, x = ins
+    out = eqn.outs[0].type
+    if not isinstance(m, Var) or not isinstance(x, Var) or x.type != out or v.type.rank > out.rank:
+        return None
+    mask = m
+    while isinstance(mask, Var) and mask in made and made[mask].prim.name == "reshape":
+        mask = made[mask].ins[0]
+    e = made.get(mask) if isinstance(mask, Var) else None
+    if e is None or e.prim.name != "compare" or e.params.get("op") != "eq" or mask.type.rank != 1:
+        return None
+    n = mask.type.shape[0]
+    k = next((c for a, c in (e.ins, e.ins[::-1]) if _iota_of(a, n, made) and c in bounds), None)
+    if k is None or bounds[k] != n or n == 1 or [d for d in m.type.shape if d != 1] != [n]:
+        return None
+    axis = out.rank - m.type.rank + list(m.type.shape).index(n)
+    full = (1,) * (out.rank - v.type.rank) + tuple(v.type.shape)
+    if axis < 0 or out.shape[axis] != n or full[axis] != 1:
+        return None
+    row = tuple(out.shape[:axis] + out.shape[axis + 1:])
+    if isinstance(v, Lit):
+        value: Atom = Lit(v.value, Type(out.dtype, row))
+    else:
+        value = v
+        if tuple(full[:axis] + full[axis + 1:]) != tuple(v.type.shape):
+            value = b.reshape(value, shape=tuple(full[:axis] + full[axis + 1:]))
+        if tuple(value.type.shape) != row:
+            value = b.broadcast_to(value, shape=row)
+    return b.index_set(x, k, value, axis=axis)
+
+
+def _iota_of(a: Atom, n, made: dict[Var, Eqn]) -> bool:
+    """Whether a is iota[axis=0, shape=(n,)]: the positions 0..n-1 (the positional prim)."""
+    e = made.get(a) if isinstance(a, Var) else None
+    return e is not None and e.prim.positional and tuple(e.params.get("shape", ())) == (n,) \
+        and e.params.get("axis") == 0
+
+
+def simplify_once(f: Func, counter_bound=None) -> Func:
+    """One forward sweep of rewrites and folding, recursing into sub-functions; counter_bound: f is a loop's body
+    and its counter (the first param) runs below this (the loop's length)."""
     b = Builder()
     params = [Var(p.type, p.hint) for p in f.params]
+    bounds = {params[0]: counter_bound} if counter_bound is not None and params else {}
     env: dict[Var, Atom] = dict(zip(f.params, params))
     read = lambda a: env.get(a, a) if isinstance(a, Var) else a  # noqa: E731
     made: dict[Var, Eqn] = {}
@@ -374,7 +423,8 @@ def simplify_once(f: Func) -> Func:
             select_into_scatter(b, eqn, ins, made) or nest_updates(b, eqn, ins, made, once) or \
             last_step(b, eqn, ins, made) or one_hot_rules(b, eqn, ins, made) or \
             clamp_inclusive(b, eqn, ins, made) or scale_after_product(b, eqn, ins, made, once) or \
-            compose_transposes(b, eqn, ins, made, once) or one_form_rules(b, eqn, ins, made, once)
+            compose_transposes(b, eqn, ins, made, once) or one_form_rules(b, eqn, ins, made, once) or \
+            row_update(b, eqn, ins, made, bounds)
         if acc is not None:
             env[eqn.outs[0]] = acc
             continue
@@ -383,7 +433,9 @@ def simplify_once(f: Func) -> Func:
             if new is not None:
                 env[eqn.outs[0]] = new
                 continue
-        sub = {k: _sweep(v) if isinstance(v, Func) else v for k, v in eqn.params.items()}
+        length = eqn.params.get("length") if eqn.prim.name == "loop" else None  # (its counter runs below it)
+        sub = {k: _sweep(v, length if k == "body" else None) if isinstance(v, Func) else v
+               for k, v in eqn.params.items()}
         b.loc = eqn.loc
         outs = b.bind(plain_product(eqn, ins), ins, sub)
         b.name_like(outs, eqn.outs)
@@ -393,11 +445,11 @@ def simplify_once(f: Func) -> Func:
     return b.func(f.name, params, [read(r) for r in f.results], f.result_names)
 
 
-def _sweep(f: Func) -> Func:
+def _sweep(f: Func, counter_bound=None) -> Func:
     """One sweep of rewrites, then dead code removed (dce prunes an if or loop's sub-functions only when
     their results or operands change, so each sub-function gets its own)."""
     from .dce import dce
-    return dce(simplify_once(f))
+    return dce(simplify_once(f, counter_bound))
 
 
 def simplify(f: Func) -> Func:
