@@ -11,7 +11,7 @@ import pytest
 from ksbuild.errors import KsbuildError
 from ksbuild.frontends.python.source import compile_python_kernel
 from ksbuild.ir.builder import Builder
-from ksbuild.ir.core import Var
+from ksbuild.ir.core import Lit, Var
 from ksbuild.ir.interp import eval_func
 from ksbuild.ir.types import Type
 from ksbuild.prims import PRIMS
@@ -393,10 +393,10 @@ def test_hoist_computes_a_costly_loop_invariant_once(name):
     assert float(eval_func(g, [3, *args, 0.5])[0]) == pytest.approx(float(want), rel=1e-15)
 
 
-ELEMENTWISE = ("abs", "add", "atan", "atan2", "bitcast", "bitwise", "compare", "convert", "cos", "digamma", "div", "erf",
-               "erfc", "exp", "expm1", "floor", "floordiv", "fmod", "hypot", "iota", "ipow", "lgamma", "log", "log1p",
-               "logic", "logistic", "max", "min", "mod", "mul", "mulz", "mulzz", "neg", "pow", "select", "sign", "sin",
-               "sqrt", "sub", "tanh")
+ELEMENTWISE = ("abs", "add", "atan", "atan2", "bitcast", "bitwise", "compare", "convert", "cos", "digamma", "div",
+               "erf", "erfc", "exp", "expm1", "floor", "floordiv", "fmod", "hypot", "iota", "ipow", "lgamma", "log",
+               "log1p", "logic", "logistic", "max", "min", "mod", "mul", "mulz", "mulzz", "neg", "pow", "select",
+               "sign", "sin", "sqrt", "sub", "tanh")
 """The prims whose record says they compute each element from the same element of their operands (but ctmul and
 lane_owned, which lowering expands into others)."""
 
@@ -777,12 +777,53 @@ def test_a_fusible_prim_joins_the_loop_nest_of_what_reads_it(name):
         np.testing.assert_allclose(eval_func(g, args)[0], eval_func(f, args)[0], rtol=1e-15)
 
 
+def _strings_through(b, name: str, s, t, p, q):
+    """prim `name` passing string tensors s, t through its sub-functions (p: one condition per lane, q: one for all):
+    the value it gives, and what that should be, of the values of s, t, p and q."""
+    import numpy as np
+    from prim_samples import _fn
+    st, one = s.type, Type("str")
+    if name == "call":
+        return b.bind(PRIMS[name], [s], {"fn": _fn("helper", (st,), lambda c, x: [x])})[0], lambda s, t, p, q: s
+    if name == "loop":
+        body = _fn("body", (Type("i64"), st, st), lambda c, k, x, acc: [x])
+        out = b.bind(PRIMS[name], [Lit(3, Type("i64")), t, s], {"body": body, "n_consts": 1, "n_carry": 1,
+                                                                "length": None, "reverse": False})
+        return out[0], lambda s, t, p, q: t
+    if name == "lane_cond":
+        params = {"then_fn": _fn("then", (one, one), lambda c, x, y: [x]),
+                  "else_fn": _fn("else", (one, one), lambda c, x, y: [y]), "lanes": (True, True)}
+        return b.bind(PRIMS[name], [p, s, t], params)[0], lambda s, t, p, q: np.where(p, s, t)
+    params = {"then_fn": _fn("then", (st, st), lambda c, x, y: [x]),
+              "else_fn": _fn("else", (st, st), lambda c, x, y: [y])}
+    return b.bind(PRIMS[name], [q, s, t], params)[0], lambda s, t, p, q: s if q else t
+
+
+CARRIERS = ("call", "cond", "cond_select", "lane_cond", "loop")
+"""The prims that carry functions and pass the strings their operands hold to them (fusion and join, which the
+passes make, are left to the tests of the examples that move strings: tests/test_onnx_strings.py)."""
+
+
+@pytest.mark.parametrize("name", CARRIERS)
+def test_a_prim_carrying_functions_passes_strings_through(name):
+    """Prim.strings of a prim with sub-functions: string operands bind and reach its functions, which return them."""
+    import numpy as np
+    st = Type("str", (3,))
+    s, t, p, q = Var(st, "s"), Var(st, "t"), Var(Type("bool", (3,)), "p"), Var(Type("bool"), "q")
+    b = Builder()
+    out, want = _strings_through(b, name, s, t, p, q)
+    f = b.func(name, [s, t, p, q], [out])
+    sv, tv = np.array(["a", "b", "c"], dtype=object), np.array(["x", "y", "z"], dtype=object)
+    pv = np.array([True, False, True])
+    for qv in (True, False):
+        np.testing.assert_array_equal(eval_func(f, [sv, tv, pv, qv])[0], want(sv, tv, pv, qv))
+
+
 FACT_TESTS = {  # fact -> (whether a record states it, the prims its test above checks, the prims it leaves to others)
     "costly": (lambda p: p.costly, COSTLY, ()),
     "elementwise": (lambda p: p.elementwise, ELEMENTWISE, ("ctmul", "lane_owned")),  # (expanded before lowering)
     "nonneg": (lambda p: p.nonneg is not None, NONNEG, ()),
-    "strings": (lambda p: p.strings, MOVERS + ("constant",),  # (functions' carriers: their bodies' strings)
-                ("call", "cond", "cond_select", "fusion", "join", "lane_cond", "loop")),
+    "strings": (lambda p: p.strings, MOVERS + CARRIERS + ("constant",), ("fusion", "join")),  # (made by the passes)
     "remat": (lambda p: p.remat, REMAT, ()),
     "whole": (lambda p: bool(p.whole), WHOLE_PRIMS, ()),
     "inplace": (lambda p: p.inplace is not None, IN_PLACE, ("contract",)),  # (made by the passes with acc)
