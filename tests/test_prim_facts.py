@@ -831,6 +831,8 @@ FACT_TESTS = {  # fact -> (whether a record states it, the prims its test above 
     "takes": (lambda p: p.takes is not None, TAKES, ()),
     "sinks": (lambda p: p.sinks, SINKS, ()),
     "branches": (lambda p: p.branches, BRANCHES, ()),
+    "lazy": (lambda p: bool(p.lazy), ("select",), ()),
+    "epilogue_impls": (lambda p: bool(p.epilogue_impls), ("contract", "convolve"), ()),
 }
 """The lists of prims the fact tests above are parametrized by, written out: a fact removed from a record (or added
 to one) fails the test below as well as the prim's own (a list computed from the records would drop its test)."""
@@ -840,3 +842,21 @@ to one) fails the test below as well as the prim's own (a list computed from the
 def test_the_prims_stating_a_fact_are_the_tested_ones(fact):
     states, tested, left = FACT_TESTS[fact]
     assert sorted(n for n, p in PRIMS.items() if states(p)) == sorted(tested + left)
+
+
+@pytest.mark.parametrize("name", ["select"])
+def test_a_lazy_operand_is_computed_before_the_choice(name):
+    """Prim.lazy: the C++ of select(x < y, exp(x), log(y)) computes exp(x) and log(y) before the choice, each into a
+    local, and the choice picks between the two locals (a branch-free select; an operand written into `p ? a : b`
+    would be computed only on its side, a branch)."""
+    import re
+
+    from ksbuild.codegen.viewmodel import export_view
+    from ksbuild.transforms.pipeline import lower
+    f64 = Type("f64")
+    b = Builder()
+    x, y = Var(f64, "x"), Var(f64, "y")
+    f = b.func(name, [x, y], [b.bind(PRIMS[name], [b.lt(x, y), b.exp(x), b.log(y)])[0]])
+    body = "\n".join(export_view("p", name, lower(f), []).body)
+    choice = next(line for line in body.splitlines() if "?" in line)
+    assert re.search(r"\? \w+ : \w+\)?;", choice) and "ks::exp" not in choice and "ks::log" not in choice, body
