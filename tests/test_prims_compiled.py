@@ -190,7 +190,7 @@ def test_plain_lowering_prim(plain, name):
     held = sorted(e for e, prims in LOWERED_PRIMS["plain"].items() if name in prims)
     assert held, f"no export of the plain package lowers to {name}"
     samples = {export_name(n): n for n in NAMES}
-    for e in held:
+    for e in held[:6]:  # (each holds the prim's C++; a few suffice: fusion is in most exports)
         base = re.sub(r"_(jvp|vjp)$", "", e)
         if base in samples:
             check(plain, samples[base])
