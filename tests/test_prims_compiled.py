@@ -58,7 +58,8 @@ def lowered(f, backend: str):
 
 
 LOWERED_PRIMS: dict[str, dict[str, set]] = {}
-"""backend -> export -> the prims of its lowered function (bodies' too), filled as the package is built."""
+"""backend -> export -> the prims of its lowered function (bodies' too), filled as the package is built (an export
+whose C++ did not compile included)."""
 
 
 def build(tmp_path_factory, backend: str, names: list[str], extra: dict | None = None):
@@ -117,7 +118,7 @@ def _build(d, backend: str, fs: dict):
     m = for_here(load_manifest(d / "manifest.toml"), TARGETS["host"])  # (this machine's level: one compile)
     spec, kernel = next(iter(m.exports.values())), m.kernels["k"]
     exports = [Export(e, lowered(f.renamed(e), backend), spec, kernel) for e, f in fs.items()]
-    LOWERED_PRIMS[backend] = {x.name: _prims_in(x.func) for x in exports}
+    LOWERED_PRIMS.setdefault(backend, {}).update((x.name, _prims_in(x.func)) for x in exports)  # (first build's too)
     render_project(m, exports, d / "project")
     kernels = kernel_cache(m, TARGETS["host"])  # (the kernel layer's objects, compiled once per cache)
     with file_lock(kernels_lock(kernels), shared=True):
