@@ -430,6 +430,9 @@ SAMPLES = {
     "gather": ((M, Type("i64", (2, 5))), {"axis": 1}, (normal, index_below(4)), lambda x, i: np.take(x, i, axis=1)),
     "gather:clamped": ((M, Type("i64", (5,))), {"axis": 0}, (normal, index_between(-5, 5)),
                        lambda x, i: x[[_wrap_clamp(k, 3) for k in i]]),
+    # (a 1-D table: fusible, one element at the index's position in a loop nest; clamped as gather:clamped)
+    "gather:table": ((V, Type("i64", (2, 5))), {"axis": 0}, (normal, index_between(-6, 6)),
+                     lambda x, i: np.vectorize(lambda k: x[_wrap_clamp(k, 4)])(i)),
     "scatter_add": ((M, Type("i64", (2, 5)), Type("f64", (3, 2, 5))), {"axis": 1},
                     (normal, index_below(4), normal), _scatter_ref),
     "window": ((Type("f64", (3, 7)),), {"axis": 1, "size": 3, "stride": 2, "dilation": 1}, (normal,),

@@ -11,7 +11,7 @@ import pytest
 from ksbuild.errors import KsbuildError
 from ksbuild.frontends.python.source import compile_python_kernel
 from ksbuild.ir.builder import Builder
-from ksbuild.ir.core import Var
+from ksbuild.ir.core import Lit, Var
 from ksbuild.ir.interp import eval_func
 from ksbuild.ir.types import Type
 from ksbuild.prims import PRIMS
@@ -350,3 +350,513 @@ def test_architecture_md_counts_the_name_tests_outside_prims():
     assert listed == found, {f: (listed.get(f), found.get(f)) for f in listed.keys() | found.keys()
                              if listed.get(f) != found.get(f)}
     assert re.search(rf"\*\*: {sum(found.values())} at this commit", item), sum(found.values())
+
+
+COSTLY = ("atan", "atan2", "cos", "digamma", "erf", "erfc", "exp", "expm1", "fmod", "hypot", "lgamma", "log", "log1p",
+          "logistic", "pow", "sin", "sqrt", "tanh")
+"""The prims whose record says a call of them is worth computing once rather than in every iteration of a loop."""
+
+
+def _scalar_sample(name: str):
+    """The first sample of prim `name` whose operands are all f64, taken as scalars: (its params, its arguments, drawn
+    as the sample draws them)."""
+    import numpy as np
+    from prim_samples import SAMPLES, prim_name
+    for key, (types, params, samplers, _) in SAMPLES.items():
+        if prim_name(key) == name and types and all(t.dtype == "f64" for t in types):
+            rng = np.random.default_rng(17)
+            return params, [float(s(rng, ())) for s in samplers]
+    raise AssertionError(f"no sample of {name} with f64 operands")
+
+
+@pytest.mark.parametrize("name", COSTLY)
+def test_hoist_computes_a_costly_loop_invariant_once(name):
+    """Prim.costly: in `for k in range(n): c = c + prim(a, ...)` with a, ... the same in every iteration, the hoist
+    pass computes the prim's value once, before the loop (no equation of it is left in the body), and the loop's value
+    is the same."""
+    from prim_samples import F, I, _fn
+
+    from ksbuild.transforms.hoist import hoist
+    params, args = _scalar_sample(name)
+    consts = [Type("f64")] * len(args)
+    body = _fn("body", (I, *consts, F), lambda b, k, *rest: [b.add(rest[-1], b.bind(PRIMS[name], rest[:-1],
+                                                                                     params)[0])])
+    b = Builder()
+    ps = [Var(I, "n"), *[Var(t, f"a{i}") for i, t in enumerate(consts)], Var(F, "c")]
+    f = b.func(name, ps, list(b.bind(PRIMS["loop"], ps, {"body": body, "n_consts": len(args), "n_carry": 1,
+                                                       "length": None, "reverse": False})))
+    g = hoist(f)
+    loop = next(e for e in g.eqns if e.prim.name == "loop")
+    assert not [e for e in loop.params["body"].eqns if e.prim.name == name], f"{name} is computed in every iteration"
+    assert [e.prim.name for e in g.eqns].count(name) == 1
+    want = eval_func(f, [3, *args, 0.5])[0]
+    assert float(eval_func(g, [3, *args, 0.5])[0]) == pytest.approx(float(want), rel=1e-15)
+
+
+ELEMENTWISE = ("abs", "add", "atan", "atan2", "bitcast", "bitwise", "compare", "convert", "cos", "digamma", "div",
+               "erf", "erfc", "exp", "expm1", "floor", "floordiv", "fmod", "hypot", "iota", "ipow", "lgamma", "log",
+               "log1p", "logic", "logistic", "max", "min", "mod", "mul", "mulz", "mulzz", "neg", "pow", "select",
+               "sign", "sin", "sqrt", "sub", "tanh")
+"""The prims whose record says they compute each element from the same element of their operands (but ctmul and
+lane_owned, which lowering expands into others)."""
+
+
+def _vector_sample(name: str):
+    """The first sample of prim `name` with operands, each made a vector of 5 of its dtype: (its types, its params,
+    arguments drawn as the sample draws them)."""
+    import numpy as np
+    from prim_samples import SAMPLES, prim_name
+    for key, (types, params, samplers, _) in SAMPLES.items():
+        if prim_name(key) == name:  # (an operandless one, iota's, as it is)
+            rng = np.random.default_rng(18)
+            args = [rng.random(5) < 0.5 if s is None else s(rng, (5,)) for s in samplers]
+            return [Type(t.dtype, (5,)) for t in types], params, args
+    raise AssertionError(f"{name} has no sample")
+
+
+@pytest.mark.parametrize("name", ELEMENTWISE)
+def test_an_elementwise_prim_joins_a_loop_nest(name):
+    """Prim.elementwise: the prim applied to vectors is computed inside a fusion's loop nest (one element at a time)
+    after lowering, and the lowered function has its value."""
+    import numpy as np
+
+    from ksbuild.transforms.pipeline import lower
+    types, params, args = _vector_sample(name)
+    b = Builder()
+    ps = [Var(t, f"x{i}") for i, t in enumerate(types)]
+    f = b.func(name, ps, list(b.bind(PRIMS[name], ps, params)))
+    g = lower(f)
+    fused = [e for e in g.eqns if e.prim.name == "fusion" and name in {q.prim.name for q in e.params["body"].eqns}]
+    assert fused, f"{name} is not computed in a loop nest: {[e.prim.name for e in g.eqns]}"
+    for got, want in zip(eval_func(g, args), eval_func(f, args)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+NONNEG = ("floordiv", "max", "min", "mod", "mul")
+"""The prims with a nonneg rule (whether a signed integer scalar result is >= 0, from its operands' signs)."""
+
+
+@pytest.mark.parametrize("name", NONNEG)
+def test_nonneg_rule_is_never_wrong(name):
+    """Prim.nonneg: wherever it says a result is >= 0 (x of -4..6 against the literals -3, 2 and 5 on either side, each
+    operand's sign known), the interpreter's value is (codegen/int_signs.py clamps a never negative index from above
+    only, and divides one by a shift); and it says so somewhere."""
+    from ksbuild.ir.core import Lit
+    i64, said = Type("i64"), 0
+    for c in (-3, 2, 5):
+        for x_first in (True, False):
+            x = Var(i64, "x")
+            b = Builder()
+            ins = [x, Lit(c, i64)] if x_first else [Lit(c, i64), x]
+            f = b.func("f", [x], list(b.bind(PRIMS[name], ins, {})))
+            for v in range(-4, 7):
+                if PRIMS[name].nonneg(f.eqns[0], lambda a: (a.value if isinstance(a, Lit) else v) >= 0):
+                    said += 1
+                    assert int(eval_func(f, [v])[0]) >= 0, (c, x_first, v)
+    assert said, f"the nonneg rule of {name} says no result is >= 0 on any case"
+
+
+def _with_strings(name: str):
+    """The samples of prim `name` with each float operand made a string tensor (their values formatted): (types,
+    params, the params on strings, float arguments, string arguments); compare only in the forms strings take."""
+    import numpy as np
+    from prim_samples import SAMPLES, prim_name
+    rng = np.random.default_rng(19)
+    for key, (types, params, samplers, _) in SAMPLES.items():
+        if prim_name(key) != name or not any(t.is_float for t in types) or params.get("op") in ("lt", "le", "gt", "ge"):
+            continue
+        args = [rng.random(t.shape) < 0.5 if s is None else s(rng, tuple(t.shape)) for t, s in zip(types, samplers)]
+        words = [np.vectorize(_word, otypes=[object])(a) if t.is_float else a for t, a in zip(types, args)]
+        as_words = dict(params, dtype="str") if name == "convert" else params  # (str to str only)
+        yield [Type("str", t.shape) if t.is_float else t for t in types], params, as_words, args, words
+
+
+def _word(v) -> str:
+    return f"w{float(v):.6f}"
+
+
+MOVERS = ("broadcast_to", "compare", "convert", "gather", "index", "index_set", "pad", "reshape", "select", "slice",
+          "stop_gradient", "transpose", "window")
+"""The prims whose record says they take strings (they move them, or compare them for equality), but the prims that
+carry functions (CARRIERS below)."""
+
+
+@pytest.mark.parametrize("name", MOVERS)
+def test_a_prim_that_takes_strings_moves_them(name):
+    """Prim.strings: the prim binds on string operands (others refuse them: test_only_string_prims_take_strings), and
+    moves them as it moves numbers (or compares them as it compares numbers): its result on the formatted values is
+    its result on the values, formatted (a literal it writes aside: pad's fill)."""
+    import numpy as np
+    cases = list(_with_strings(name))
+    assert cases, f"no sample of {name} has a float operand"
+    for types, params, as_words, args, words in cases:
+        b = Builder()
+        ps = [Var(t, f"x{i}") for i, t in enumerate(types)]
+        f = b.func(name, ps, list(b.bind(PRIMS[name], ps, as_words)))
+        got = np.asarray(eval_func(f, words)[0])
+        b = Builder()
+        qs = [Var(Type("f64", t.shape) if t.dtype == "str" else t, f"x{i}") for i, t in enumerate(types)]
+        want = np.asarray(eval_func(b.func(name, qs, list(b.bind(PRIMS[name], qs, params))), args)[0])
+        if f.out_types[0].dtype == "str":
+            want = np.vectorize(_word, otypes=[object])(np.asarray(want, np.float64))
+            moved = want != _word(0.0) if name == "pad" else np.ones(want.shape, bool)
+            np.testing.assert_array_equal(got[moved], want[moved])
+        else:
+            np.testing.assert_array_equal(got, want)
+
+
+def test_a_constant_holds_strings():
+    """A constant string tensor (an ONNX string initializer) binds and evaluates (constant states no `strings`: that
+    fact is about operands, which a constant has none of)."""
+    import numpy as np
+
+    from ksbuild.ir.dense import Dense
+    b = Builder()
+    c = b.constant(value=Dense.of(np.array(["a", "bc"], dtype=object)))
+    assert c.type == Type("str", (2,))
+    assert list(eval_func(b.func("constant", [], [c]), [])[0]) == ["a", "bc"]
+
+
+REMAT = ("add", "compare", "ctmul", "div", "ipow", "lane_owned", "mul", "neg", "sub")
+"""The cheap elementwise prims that a partial evaluation recomputes rather than stores."""
+
+
+@pytest.mark.parametrize("name", REMAT)
+def test_partial_eval_recomputes_a_cheap_prim(name):
+    """Prim.remat: in f(x, y) = g(prim(x, c)) · y split with x known and y not (a derivative's split: the unknown
+    part is the linear one), the unknown part computes prim(x, c) again from x instead of reading its stored value
+    (one residual, x; no residual of the prim's result), and the parts compose to f."""
+    import numpy as np
+    from prim_samples import SAMPLES, prim_name
+
+    from ksbuild.ir.core import Lit
+    from ksbuild.transforms.partial_eval import partial_eval
+    types, params, _, _ = next(s for k, s in SAMPLES.items() if prim_name(k) == name)
+    v = Type("f64", (2,) + tuple(types[0].shape[1:]) if types[0].rank else (2,))
+    b = Builder()
+    x, y = Var(v, "x"), Var(v, "y")
+    ins = []
+    for t in types:  # x itself where the sample has a float, a literal or x < 0 elsewhere
+        if t.is_float and x not in ins:
+            ins.append(x)
+        elif t.dtype == "bool":
+            ins.append(b.lt(x, Lit(0.0, Type("f64"))))
+        else:
+            ins.append(Lit(2.0 if t.is_float else 2, Type(t.dtype)))
+    r = b.bind(PRIMS[name], ins, params)[0]
+    out = b.mul(b.select(r, y, b.neg(y)) if r.type.dtype == "bool" else r, y)
+    f = b.func(name, [x, y], [out])
+    known, unknown, _, n_res = partial_eval(f, [True, False])
+    assert n_res == 1 and known.results[-1] is known.params[0], f"{name}'s result is stored, not recomputed"
+    assert name in [e.prim.name for e in unknown.eqns]
+    xs = np.linspace(-1, 1, int(np.prod(v.shape))).reshape(v.shape)
+    ys = np.linspace(0.5, 2, int(np.prod(v.shape))).reshape(v.shape)
+    res = eval_func(known, [xs])
+    np.testing.assert_allclose(eval_func(unknown, res[len(res) - n_res:] + [ys])[0], eval_func(f, [xs, ys])[0],
+                               rtol=1e-15)
+
+
+WHOLE_PRIMS = ("add", "convert", "ctmul", "floor", "max", "min", "mul", "neg", "select", "sub")
+"""The prims whose record says their float results hold whole numbers (always, or when their operands do)."""
+
+
+@pytest.mark.parametrize("name", WHOLE_PRIMS)
+def test_whole_numbers_made_of_whole_numbers(name):
+    """Prim.whole: the Python frontend takes the prim's float result, made from whole numbers (floor(x) for each float
+    operand), for one an `-> int` kernel may return; from operands that are not, only a prim whose results are
+    always whole (floor)."""
+    from prim_samples import SAMPLES, prim_name
+
+    from ksbuild.frontends.python.compiler import _whole_numbers
+    types, params, _, _ = next(s for k, s in SAMPLES.items() if prim_name(k) == name)
+    for floored in (True, False):
+        b = Builder()
+        ins = [b.floor(Var(t, f"x{i}")) if t.is_float and floored else Var(t, f"x{i}") for i, t in enumerate(types)]
+        out = b.bind(PRIMS[name], ins, params)[0]
+        assert _whole_numbers(b, out) == (floored or name == "floor"), floored
+
+
+IN_PLACE = ("index_add", "index_set", "scatter_add")
+"""The prims whose record names an operand they may update in place (contract's, with acc, is made by the passes:
+tests/test_inplace_alias.py)."""
+
+
+@pytest.mark.parametrize("name", IN_PLACE)
+def test_an_update_writes_into_its_operands_buffer(name):
+    """Prim.inplace: the prim's sample with its first operand a buffer of the function's own (exp(x), read by nothing
+    after) writes its result into that buffer (the memory plan's place `reuse`), not a copy; the lowered function has
+    the sample's value."""
+    import numpy as np
+    from prim_samples import SAMPLES, prim_name
+    from test_prims import sample
+
+    from ksbuild.transforms.pipeline import lower
+    key = next(k for k in SAMPLES if prim_name(k) == name and SAMPLES[k][0][0].rank == 2)
+    types, params, _, _ = SAMPLES[key]
+    b = Builder()
+    ps = [Var(t, f"x{i}") for i, t in enumerate(types)]
+    out = b.bind(PRIMS[name], [b.exp(ps[0])] + ps[1:], params)[0]
+    f = b.func(name, ps, [b.mul(out, out)])
+    g = lower(f)
+    e = next(e for e in g.eqns if e.prim.name == name)
+    place = g.plan.places.get(e.outs[0])
+    assert place is not None and place.kind == "reuse" and place.of is e.ins[0], place
+    args = sample(key, np.random.default_rng(20))
+    np.testing.assert_allclose(eval_func(g, args)[0], eval_func(f, args)[0], rtol=1e-15)
+
+
+VIEWS = ("broadcast_to", "constant", "index", "reshape", "slice", "transpose", "window")
+"""The prims whose record says their result is a view of their first operand's storage (or of static data); but
+stop_gradient, which simplify removes before the memory plan is made."""
+
+
+@pytest.mark.parametrize("name", VIEWS)
+def test_a_view_takes_no_buffer_of_its_own(name):
+    """Prim.view: the prim's sample, applied to a buffer of the function's own (exp(x)), is left an equation of its own
+    by lowering and the memory plan gives its result no place (it reads its operand's buffer); the lowered function
+    has the sample's value."""
+    import numpy as np
+    from prim_samples import SAMPLES, prim_name
+    from test_prims import sample
+
+    from ksbuild.transforms.pipeline import lower
+    key = next(k for k in SAMPLES if prim_name(k) == name)
+    types, params, _, _ = SAMPLES[key]
+    b = Builder()
+    ps = [Var(t, f"x{i}") for i, t in enumerate(types)]
+    out = b.bind(PRIMS[name], [b.exp(ps[0])] + ps[1:] if ps else [], params)[0]
+    f = b.func(name, ps, [b.mul(out, out), b.neg(out)])
+    g = lower(f)
+    views = [e for e in g.eqns if e.prim.name == name]
+    assert views and not [e for e in views if e.outs[0] in g.plan.places], [(e.prim.name, e.outs) for e in g.eqns]
+    args = sample(key, np.random.default_rng(21))
+    for got, want in zip(eval_func(g, args), eval_func(f, args)):
+        np.testing.assert_allclose(got, want, rtol=1e-15)
+
+
+TAKES = ("gather", "index", "index_add", "index_set", "scatter_add")
+"""The prims whose record says they take (or write) elements at positions along an axis of their first operand."""
+
+
+@pytest.mark.parametrize("name", TAKES)
+def test_taking_from_an_empty_axis_is_checked(name):
+    """Prim.takes: the prim's sample with the axis it takes from m long (a dim) makes the export check `m < 1` before
+    anything is read (codegen/viewmodel.py: status 1; there is no element to take)."""
+    from prim_samples import SAMPLES, prim_name
+
+    from ksbuild.codegen.viewmodel import _taken
+    types, params, _, _ = next(s for k, s in SAMPLES.items() if prim_name(k) == name)
+    axis = params["axis"]
+    shape = list(types[0].shape)
+    shape[axis] = "m"
+    b = Builder()
+    ps = [Var(Type(types[0].dtype, tuple(shape)), "x")] + [Var(t, f"x{i}") for i, t in enumerate(types[1:], 1)]
+    f = b.func(name, ps, list(b.bind(PRIMS[name], ps, params)))
+    assert _taken(f, ["m"]) == ["m < 1"], _taken(f, ["m"])
+
+
+def _product_then_relu(b, name: str, rng):
+    """relu(p + bias) after a product p (a matrix product for contract, a convolution for convolve): (params, args)."""
+    from ksbuild.ir.core import Lit
+    f32 = Type("f32")
+    if name == "contract":
+        x, w = Var(Type("f32", (16, 32)), "x"), Var(Type("f32", (32, 24)), "w")
+        bias = Var(Type("f32", (24,)), "bias")
+        p = b.einsum(x, w, spec="ij,jk->ik")
+    else:
+        x, w = Var(Type("f32", (1, 8, 6, 6)), "x"), Var(Type("f32", (8, 8, 3, 3)), "w")
+        bias = Var(Type("f32", (8, 1, 1)), "bias")
+        p = b.conv(x, w, strides=(1, 1), pads=(1, 1, 1, 1), dilations=(1, 1), groups=1)
+    y = b.max(b.add(p, bias), Lit(0.0, f32))
+    params = [x, w, bias]
+    return params, [rng.standard_normal(tuple(v.type.shape)).astype("float32") for v in params], y
+
+
+@pytest.mark.parametrize("name", ["contract", "convolve"])
+def test_an_elementwise_epilogue_runs_as_the_product_stores(name):
+    """Prim.epilogue_impls: relu(p + bias) after a matrix product or a convolution p whose kernel applies epilogues
+    becomes the product with the bias and relu as its epilogue (transforms/fuse_epilogue.py), no fusion after it;
+    the lowered function has the same values."""
+    import numpy as np
+
+    from ksbuild.transforms.pipeline import lower
+    b = Builder()
+    params, args, y = _product_then_relu(b, name, np.random.default_rng(22))
+    f = b.func(name, params, [y])
+    g = lower(f)
+    assert [e.prim.name for e in g.eqns if e.prim.name in (name, "fusion")] == [name], [e.prim.name for e in g.eqns]
+    assert next(e for e in g.eqns if e.prim.name == name).params.get("epilogue") is not None
+    np.testing.assert_allclose(eval_func(g, args)[0], eval_func(f, args)[0], rtol=1e-5, atol=1e-5)
+
+
+SINKS = ("cond", "cond_select")
+"""The ifs whose operands are their branches' params: a value only one branch reads may be computed in it."""
+
+
+@pytest.mark.parametrize("name", SINKS)
+def test_a_value_one_branch_reads_is_computed_in_it(name):
+    """Prim.sinks: in `t = sin(x); r = t * y if p else y`, transforms/sink.py moves sin into the branch that reads it
+    (nothing computes it before the if), and the function keeps its value both ways."""
+    import numpy as np
+    from prim_samples import _fn
+
+    from ksbuild.transforms.sink import sink
+    v = Type("f64", (4,))
+    b = Builder()
+    p, x, y = Var(Type("bool"), "p"), Var(v, "x"), Var(v, "y")
+    t = b.sin(x)
+    then_fn = _fn("then", (v, v), lambda c, t, y: [c.mul(t, y)])
+    else_fn = _fn("else", (v, v), lambda c, t, y: [y])
+    out = b.bind(PRIMS[name], [p, t, y], {"then_fn": then_fn, "else_fn": else_fn})
+    f = b.func(name, [p, x, y], list(out))
+    g = sink(f)
+    assert [e.prim.name for e in g.eqns] == [name], [e.prim.name for e in g.eqns]
+    assert "sin" in [e.prim.name for e in g.eqns[0].params["then_fn"].eqns]
+    xs, ys = np.linspace(-1, 1, 4), np.linspace(1, 2, 4)
+    for pv in (True, False):
+        np.testing.assert_array_equal(eval_func(g, [pv, xs, ys])[0], eval_func(f, [pv, xs, ys])[0])
+
+
+BRANCHES = ("cond", "cond_select", "lane_cond")
+"""The ifs whose sub-functions are alternatives, each run only where its condition holds."""
+
+
+@pytest.mark.parametrize("name", BRANCHES)
+def test_a_size_inside_a_branch_is_left_to_its_condition(name):
+    """Prim.branches: a size n - 2 met only inside a branch (x[:n - 2], taken where n > 2) is not one of the sizes the
+    export checks before it runs (codegen/viewmodel.py: status err_shape when one is negative); the same size met
+    outside the if is."""
+    from prim_samples import SAMPLES, _fn
+
+    from ksbuild.codegen.viewmodel import _differences
+    x = Var(Type("f64", ("n",)), "x")
+    p = Var(SAMPLES[next(k for k in SAMPLES if k.split(":")[0] == name)][0][0], "p")
+    v = Type("f64", ("n",))
+
+    def head(c, x):
+        return c.reduce_sum(c.slice(x, axis=0, start=0, stop="n - 2"), axes=(0,))
+    then_fn = _fn("then", (v,), lambda c, x: [c.add(x, head(c, x))])
+    else_fn = _fn("else", (v,), lambda c, x: [x])
+    params = dict(next(s[1] for k, s in SAMPLES.items() if k.split(":")[0] == name), then_fn=then_fn, else_fn=else_fn)
+    if "lanes" in params:  # (a per-lane if: x read whole by every lane)
+        params["lanes"] = (False,)
+    b = Builder()
+    f = b.func(name, [p, x], list(b.bind(PRIMS[name], [p, x], params)))
+    assert _differences(f, ["n"]) == []
+    b = Builder()
+    assert _differences(b.func("outside", [x], [head(b, x)]), ["n"]) == ["n - 2"]
+
+
+FUSIBLE = {"gather": lambda types, params: params["axis"] == 0 and types[0].rank == 1}
+"""The prims with a fusible rule (not elementwise, but an element of theirs may be computed in a loop nest) and when
+it holds: a gather from a 1-D table."""
+
+
+def test_the_fusible_prims_are_tested():
+    assert sorted(n for n, p in PRIMS.items() if p.fusible is not None) == sorted(FUSIBLE)
+
+
+@pytest.mark.parametrize("name", sorted(FUSIBLE))
+def test_a_fusible_prim_joins_the_loop_nest_of_what_reads_it(name):
+    """Prim.fusible: exp(prim(...)) of each of the prim's samples is one fusion holding the prim where the rule holds
+    (a gather from a 1-D table: gather:table), and the prim before a fusion of exp elsewhere; the same values."""
+    import numpy as np
+    from prim_samples import SAMPLES, prim_name
+    from test_prims import sample
+
+    from ksbuild.transforms.pipeline import lower
+    for key in [k for k in SAMPLES if prim_name(k) == name]:
+        types, params, _, _ = SAMPLES[key]
+        b = Builder()
+        ps = [Var(t, f"x{i}") for i, t in enumerate(types)]
+        f = b.func(key, ps, [b.exp(b.bind(PRIMS[name], ps, params)[0])])
+        g = lower(f)
+        inside = any(e.prim.name == "fusion" and name in [q.prim.name for q in e.params["body"].eqns] for e in g.eqns)
+        assert inside == FUSIBLE[name](types, params), (key, [e.prim.name for e in g.eqns])
+        args = sample(key, np.random.default_rng(23))
+        np.testing.assert_allclose(eval_func(g, args)[0], eval_func(f, args)[0], rtol=1e-15)
+
+
+def _strings_through(b, name: str, s, t, p, q):
+    """prim `name` passing string tensors s, t through its sub-functions (p: one condition per lane, q: one for all):
+    the value it gives, and what that should be, of the values of s, t, p and q."""
+    import numpy as np
+    from prim_samples import _fn
+    st, one = s.type, Type("str")
+    if name == "call":
+        return b.bind(PRIMS[name], [s], {"fn": _fn("helper", (st,), lambda c, x: [x])})[0], lambda s, t, p, q: s
+    if name == "loop":
+        body = _fn("body", (Type("i64"), st, st), lambda c, k, x, acc: [x])
+        out = b.bind(PRIMS[name], [Lit(3, Type("i64")), t, s], {"body": body, "n_consts": 1, "n_carry": 1,
+                                                                "length": None, "reverse": False})
+        return out[0], lambda s, t, p, q: t
+    if name == "lane_cond":
+        params = {"then_fn": _fn("then", (one, one), lambda c, x, y: [x]),
+                  "else_fn": _fn("else", (one, one), lambda c, x, y: [y]), "lanes": (True, True)}
+        return b.bind(PRIMS[name], [p, s, t], params)[0], lambda s, t, p, q: np.where(p, s, t)
+    params = {"then_fn": _fn("then", (st, st), lambda c, x, y: [x]),
+              "else_fn": _fn("else", (st, st), lambda c, x, y: [y])}
+    return b.bind(PRIMS[name], [q, s, t], params)[0], lambda s, t, p, q: s if q else t
+
+
+CARRIERS = ("call", "cond", "cond_select", "lane_cond", "loop")
+"""The prims that carry functions and pass the strings their operands hold to them (fusion and join, which the
+passes make, are left to the tests of the examples that move strings: tests/test_onnx_strings.py)."""
+
+
+@pytest.mark.parametrize("name", CARRIERS)
+def test_a_prim_carrying_functions_passes_strings_through(name):
+    """Prim.strings of a prim with sub-functions: string operands bind and reach its functions, which return them."""
+    import numpy as np
+    st = Type("str", (3,))
+    s, t, p, q = Var(st, "s"), Var(st, "t"), Var(Type("bool", (3,)), "p"), Var(Type("bool"), "q")
+    b = Builder()
+    out, want = _strings_through(b, name, s, t, p, q)
+    f = b.func(name, [s, t, p, q], [out])
+    sv, tv = np.array(["a", "b", "c"], dtype=object), np.array(["x", "y", "z"], dtype=object)
+    pv = np.array([True, False, True])
+    for qv in (True, False):
+        np.testing.assert_array_equal(eval_func(f, [sv, tv, pv, qv])[0], want(sv, tv, pv, qv))
+
+
+FACT_TESTS = {  # fact -> (whether a record states it, the prims its test above checks, the prims it leaves to others)
+    "costly": (lambda p: p.costly, COSTLY, ()),
+    "elementwise": (lambda p: p.elementwise, ELEMENTWISE, ("ctmul", "lane_owned")),  # (expanded before lowering)
+    "nonneg": (lambda p: p.nonneg is not None, NONNEG, ()),
+    "strings": (lambda p: p.strings, MOVERS + CARRIERS, ("fusion", "join")),  # (made by the passes)
+    "remat": (lambda p: p.remat, REMAT, ()),
+    "whole": (lambda p: bool(p.whole), WHOLE_PRIMS, ()),
+    "inplace": (lambda p: p.inplace is not None, IN_PLACE, ("contract",)),  # (made by the passes with acc)
+    "view": (lambda p: p.view, VIEWS, ("stop_gradient",)),  # (simplified away before the memory plan)
+    "takes": (lambda p: p.takes is not None, TAKES, ()),
+    "sinks": (lambda p: p.sinks, SINKS, ()),
+    "branches": (lambda p: p.branches, BRANCHES, ()),
+    "lazy": (lambda p: bool(p.lazy), ("select",), ()),
+    "epilogue_impls": (lambda p: bool(p.epilogue_impls), ("contract", "convolve"), ()),
+}
+"""The lists of prims the fact tests above are parametrized by, written out: a fact removed from a record (or added
+to one) fails the test below as well as the prim's own (a list computed from the records would drop its test)."""
+
+
+@pytest.mark.parametrize("fact", sorted(FACT_TESTS))
+def test_the_prims_stating_a_fact_are_the_tested_ones(fact):
+    states, tested, left = FACT_TESTS[fact]
+    assert sorted(n for n, p in PRIMS.items() if states(p)) == sorted(tested + left)
+
+
+@pytest.mark.parametrize("name", ["select"])
+def test_a_lazy_operand_is_computed_before_the_choice(name):
+    """Prim.lazy: the C++ of select(x < y, exp(x), log(y)) computes exp(x) and log(y) before the choice, each into a
+    local, and the choice picks between the two locals (a branch-free select; an operand written into `p ? a : b`
+    would be computed only on its side, a branch)."""
+    import re
+
+    from ksbuild.codegen.viewmodel import export_view
+    from ksbuild.transforms.pipeline import lower
+    f64 = Type("f64")
+    b = Builder()
+    x, y = Var(f64, "x"), Var(f64, "y")
+    f = b.func(name, [x, y], [b.bind(PRIMS[name], [b.lt(x, y), b.exp(x), b.log(y)])[0]])
+    body = "\n".join(export_view("p", name, lower(f), []).body)
+    choice = next(line for line in body.splitlines() if "?" in line)
+    assert re.search(r"\? \w+ : \w+\)?;", choice) and "ks::exp" not in choice and "ks::log" not in choice, body

@@ -489,3 +489,17 @@ def test_digamma_derivative_is_an_explicit_error():
     from ksbuild.errors import KsbuildError
     with pytest.raises(KsbuildError, match="trigamma"):
         jvp_func(one_eqn("digamma"))
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if prim_name(n) == "lane_owned"])
+def test_a_lane_owned_tangent_is_the_tangent_on_its_own_lanes(name):
+    """lane_owned opts out of the finite-difference check (its jvp is zero on the other branch's lanes on purpose):
+    its tangent is the operand's on the lanes where the condition is `then`, zero on the others."""
+    rng = np.random.default_rng(17)
+    f = one_eqn(name)
+    pred, x = sample(name, rng)
+    dx = rng.standard_normal(np.shape(x))
+    got = eval_func(jvp_func(f), [pred, x, dx])[1]
+    mine = (pred == SAMPLES[name][1]["then"]).reshape(pred.shape + (1,) * (x.ndim - pred.ndim))
+    np.testing.assert_array_equal(got, np.where(mine, dx, 0.0))
+    assert mine.any() and not mine.all()

@@ -10,8 +10,8 @@ import re
 
 import numpy as np
 import pytest
-from prim_samples import SAMPLES
-from test_prims import differentiable, one_eqn, sample
+from prim_samples import LOWERING, SAMPLES
+from test_prims import _concatenation, _prims_in, differentiable, one_eqn, sample
 
 from ksbuild.errors import KsbuildError
 from ksbuild.ir.interp import eval_func
@@ -57,22 +57,33 @@ def lowered(f, backend: str):
     return g
 
 
-def build(tmp_path_factory, backend: str, names: list[str]):
-    """One package with every function of the samples `names` (rendered from the IR directly, built, loaded):
-    (package, {export: IR function}, {sample: the compiler's errors in its functions}). When the C++ does not
-    compile, the samples with a function the compiler rejects are left out and the rest is built again: their
-    tests fail with the compiler's messages, the others still run."""
+LOWERED_PRIMS: dict[str, dict[str, set]] = {}
+"""backend -> export -> the prims of its lowered function (bodies' too), filled as the package is built (an export
+whose C++ did not compile included)."""
+
+
+def build(tmp_path_factory, backend: str, names: list[str], extra: dict | None = None):
+    """One package with every function of the samples `names` and the `extra` exports (export name -> function)
+    (rendered from the IR directly, built, loaded): (package, {export: IR function}, {sample or extra export: the
+    compiler's errors in its functions}). When the C++ does not compile, the samples with a function the compiler
+    rejects are left out and the rest is built again: their tests fail with the compiler's messages, the others
+    still run."""
     d = tmp_path_factory.mktemp(f"prims_{backend}")
-    fs = {e: f for name in names for e, f in funcs(name).items()}
+    fs, owned = dict(extra or {}), {e: e for e in extra or {}}  # export -> function, export -> its sample
+    for n in names:
+        for e, f in funcs(n).items():
+            fs[e], owned[e] = f, n
     try:
         return _build(d / "first", backend, fs), fs, {}
     except KsbuildError:
         errors = compile_errors(d / "first", backend)
-        broken = {n: "".join(f"in {e}:\n{errors[e]}" for e in funcs(n) if e in errors) for n in names}
-        broken = {n: text for n, text in broken.items() if text}
+        broken: dict[str, str] = {}
+        for e, n in owned.items():
+            if e in errors:
+                broken[n] = broken.get(n, "") + f"in {e}:\n{errors[e]}"
         if not broken:
             raise
-    fs = {e: f for e, f in fs.items() if not any(e in funcs(n) for n in broken)}
+    fs = {e: f for e, f in fs.items() if owned[e] not in broken}
     return _build(d / "again", backend, fs), fs, broken
 
 
@@ -107,6 +118,7 @@ def _build(d, backend: str, fs: dict):
     m = for_here(load_manifest(d / "manifest.toml"), TARGETS["host"])  # (this machine's level: one compile)
     spec, kernel = next(iter(m.exports.values())), m.kernels["k"]
     exports = [Export(e, lowered(f.renamed(e), backend), spec, kernel) for e, f in fs.items()]
+    LOWERED_PRIMS.setdefault(backend, {}).update((x.name, _prims_in(x.func)) for x in exports)  # (first build's too)
     render_project(m, exports, d / "project")
     kernels = kernel_cache(m, TARGETS["host"])  # (the kernel layer's objects, compiled once per cache)
     with file_lock(kernels_lock(kernels), shared=True):
@@ -117,7 +129,7 @@ def _build(d, backend: str, fs: dict):
 
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory):
-    return build(tmp_path_factory, "plain", NAMES)
+    return build(tmp_path_factory, "plain", NAMES, {"p_concatenation": _concatenation()})  # (join's: no sample)
 
 
 BLAS_NAMES = [n for n in NAMES if taken_by("blas", n)]
@@ -167,3 +179,25 @@ def test_blas(blas, name):
 def test_blas_takes_the_products():
     """The blas package is no copy of the plain one: it holds the matrix products (else test_blas tests nothing)."""
     assert "einsum:matmul" in BLAS_NAMES or any(n.startswith("einsum") for n in BLAS_NAMES), BLAS_NAMES
+
+
+@pytest.mark.parametrize("name", sorted(LOWERING))
+def test_plain_lowering_prim(plain, name):
+    """A prim only the passes make (contract, convolve, fusion, join, qpack, winograd_kernel) has no sample of its own:
+    the exports of the plain package whose lowered functions hold it (einsum:matmul's contract, conv's convolve, the
+    concatenation's join) compiled and give the interpreter's values, so a broken emit rule of such a prim fails a
+    test named after it."""
+    pkg, fs, broken = plain
+    held = sorted(e for e, prims in LOWERED_PRIMS["plain"].items() if name in prims)
+    assert held, f"no export of the plain package lowers to {name}"
+    samples = {export_name(n): n for n in NAMES}
+    for e in held[:6]:  # (each holds the prim's C++; a few suffice: fusion is in most exports)
+        base = re.sub(r"_(jvp|vjp)$", "", e)
+        if base in samples:
+            check(plain, samples[base])
+        elif e in broken:
+            pytest.fail(f"the C++ of {e} does not compile:\n{broken[e]}")
+        else:
+            rng = np.random.default_rng(7)
+            args = [rng.standard_normal(tuple(p.type.shape)) for p in fs[e].params]
+            _close(getattr(pkg, e)(*args), eval_func(fs[e], args), e)

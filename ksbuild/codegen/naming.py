@@ -6,11 +6,12 @@ Two levels at most: an operand lends its name when the source names it (or it is
 to, a named value); a value made from a value named here gets `<form>_<its name>` (exp_x_sub_means) when no operand
 has a source name, and lends that name no further, so names never grow into chains (select_select_...). A body's
 parameter bound to a value named here (a fusion's element of scores_max) takes that name on the same terms. A choice
-between a value and a literal, select(p, x, 0), is `<x>_if_<p>` (exp_q_if_i_eq_j), or `<x>_unless_<p>`.
+between a value and a literal, select(p, x, 0), is `<x>_if_<p>` (exp_q_if_i_eq_j), or `<x>_unless_<p>`. The test
+abs(x) == inf (logsumexp's, of its maximum) is `<x>_is_inf`; what a function returns, when nothing names it, `result`.
 """
 from __future__ import annotations
 
-from ..ir.core import Atom, Eqn, Func, Var, sub_funcs
+from ..ir.core import Atom, Eqn, Func, Lit, Var, sub_funcs
 
 LONGEST = 20
 """The longest name made here (`alphas_add_icf_sum`); a longer one is shortened to the form and its first operand."""
@@ -22,6 +23,9 @@ def derived_names(f: Func) -> dict[Var, str]:
     names: dict[Var, str] = {}
     _walk(f, base, names, set())   # (the set: names made from a made name, which lend theirs no further)
     _positions(f, base, names)
+    if len(f.results) == 1 and isinstance(f.results[0], Var) and not f.results[0].hint \
+            and f.results[0] not in names and f.results[0] not in f.params:
+        names[f.results[0]] = "result"  # (what the function returns, when nothing else names it)
     return names
 
 
@@ -94,6 +98,10 @@ def _names_of(e: Eqn, bodies: list[Func], base: dict[Var, str], names: dict[Var,
         return [picked]
     from ..prims.base import form_name
     form = form_name(e.prim, e.params)
+    infinite = _is_inf(e, form, base, names)
+    if infinite:
+        compound.add(e.outs[0])
+        return [infinite]
     dtype = e.outs[0].type.dtype  # (index_add(acc, r, v) is not named after its index r; i == j is i_eq_j)
     same = [a for a in e.ins if isinstance(a, Var) and a.type.dtype == dtype]
     operands = same or [a for a in e.ins if isinstance(a, Var)]
@@ -108,6 +116,19 @@ def _names_of(e: Eqn, bodies: list[Func], base: dict[Var, str], names: dict[Var,
         compound.add(e.outs[0])
         return [f"{form}_{made[0]}"]
     return [""]
+
+
+def _is_inf(e: Eqn, form: str, base: dict[Var, str], names: dict[Var, str]) -> str:
+    """abs(x) == inf (the test logsumexp and softmax make of their maximum) is `<x>_is_inf`: scores_max_is_inf."""
+    if form != "eq" or len(e.ins) != 2:
+        return ""
+    lit = next((a for a in e.ins if isinstance(a, Lit)), None)
+    var = next((a for a in e.ins if isinstance(a, Var)), None)
+    if lit is None or var is None or not isinstance(lit.value, float) or lit.value != float("inf"):
+        return ""
+    of = _name(var, base) or names.get(var, "")
+    name = f"{of[4:]}_is_inf" if of.startswith("abs_") else ""
+    return name if len(name) <= LONGEST and name.isidentifier() else ""
 
 
 def _picked(e: Eqn, base: dict[Var, str], names: dict[Var, str], compound: set) -> str:

@@ -26,8 +26,7 @@ def _emit_constant(ctx, eqn):
 
 
 constant = Prim(
-    name="constant",
-    strings=True,
+    name="constant",  # (no `strings`: that fact is about operands; a constant of strings has none)
     view=True,
     type_rule=_constant_rule,
     eval=lambda value, env: (value.array(),),

@@ -125,8 +125,7 @@ def _fold_loop_order(shape, axis: int, stride: int) -> list[int]:
 
 
 fold = Prim(
-    name="fold",
-    strings=True,
+    name="fold",  # (no strings: it sums the windows' overlapping elements)
     type_rule=_fold_rule,
     eval=_fold_eval,
     # linear: d fold(y) = fold(dy); ȳ = window(x̄)

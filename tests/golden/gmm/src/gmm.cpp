@@ -161,8 +161,8 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     for (int64_t i = 0; i < n; ++i) {
         const double scores_max_i = scores_max[i];
-        const bool t1 = (ks::abs(scores_max_i) == __builtin_huge_val());
-        const double select_scores_max_i = (t1 ? 0.0 : scores_max_i);
+        const bool scores_max_is_inf_i = (ks::abs(scores_max_i) == __builtin_huge_val());
+        const double select_scores_max_i = (scores_max_is_inf_i ? 0.0 : scores_max_i);
         scores_max[i] = select_scores_max_i;
     }
     // gmm.py:53 (continued)
@@ -250,8 +250,8 @@ int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas, co
         const double sub_mul_frobenius = (((0.5 * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum1));
         log_wishart_prior = (sub_mul_frobenius - (static_cast<double>(K) * C));
     }
-    const double t1 = (((constant + acc) - mul_convert_n) + log_wishart_prior);
-    *out = t1;
+    const double result = (((constant + acc) - mul_convert_n) + log_wishart_prior);
+    *out = result;
     return ks::status::ok;
 }
 
@@ -403,8 +403,8 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         double* const scores_max = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K));
         for (int64_t i = 0; i < n; ++i) {
             const double scores_max_i = scores_max[i];
-            const bool t1 = (ks::abs(scores_max_i) == __builtin_huge_val());
-            const double select_scores_max_i = (t1 ? 0.0 : scores_max_i);
+            const bool scores_max_is_inf_i = (ks::abs(scores_max_i) == __builtin_huge_val());
+            const double select_scores_max_i = (scores_max_is_inf_i ? 0.0 : scores_max_i);
             scores_max[i] = select_scores_max_i;
         }
     }(n);
@@ -856,8 +856,8 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
     // gmm.py:53: return (constant + torch.sum(torch.logsumexp(scores, dim=1)) - n * torch.logsumexp(alph...
     for (int64_t i = 0; i < n; ++i) {
         const float scores_max_i = scores_max[i];
-        const bool t1 = (ks::abs(scores_max_i) == __builtin_huge_valf());
-        const float select_scores_max_i = (t1 ? 0.0f : scores_max_i);
+        const bool scores_max_is_inf_i = (ks::abs(scores_max_i) == __builtin_huge_valf());
+        const float select_scores_max_i = (scores_max_is_inf_i ? 0.0f : scores_max_i);
         scores_max[i] = select_scores_max_i;
     }
     // gmm.py:53 (continued)
@@ -961,8 +961,8 @@ int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const float* alphas,
         const float sub_mul_frobenius = (((0.5f * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum1));
         log_wishart_prior = (static_cast<double>(sub_mul_frobenius) - (static_cast<double>(K) * C));
     }
-    const float t1 = static_cast<float>((sub_add_constant + log_wishart_prior));
-    *out = t1;
+    const float result = static_cast<float>((sub_add_constant + log_wishart_prior));
+    *out = result;
     return ks::status::ok;
 }
 
@@ -1124,8 +1124,8 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
         float* const scores_max = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K));
         for (int64_t i = 0; i < n; ++i) {
             const float scores_max_i = scores_max[i];
-            const bool t1 = (ks::abs(scores_max_i) == __builtin_huge_valf());
-            const float select_scores_max_i = (t1 ? 0.0f : scores_max_i);
+            const bool scores_max_is_inf_i = (ks::abs(scores_max_i) == __builtin_huge_valf());
+            const float select_scores_max_i = (scores_max_is_inf_i ? 0.0f : scores_max_i);
             scores_max[i] = select_scores_max_i;
         }
     }(n);
@@ -1664,8 +1664,8 @@ int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         const double sub_mul_frobenius = (((0.5 * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum1));
         log_wishart_prior = (sub_mul_frobenius - (static_cast<double>(K) * C));
     }
-    const double t1 = (((constant + sum) - mul_convert_n) + log_wishart_prior);
-    *out = t1;
+    const double result = (((constant + sum) - mul_convert_n) + log_wishart_prior);
+    *out = result;
     return ks::status::ok;
 }
 
@@ -2234,8 +2234,8 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
         const double sub_mul_frobenius = (((0.5 * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum));
         log_wishart_prior = (sub_mul_frobenius - (static_cast<double>(K) * C));
     }
-    const double t1 = (((constant + slse) - mul_convert_n) + log_wishart_prior);
-    *out = t1;
+    const double result = (((constant + slse) - mul_convert_n) + log_wishart_prior);
+    *out = result;
     return ks::status::ok;
 }
 
@@ -2714,8 +2714,8 @@ int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const double* al
         const double sub_mul_frobenius = (((0.5 * ks::ipow<2>(wishart_gamma)) * frobenius) - (wishart_m * qs_sum1));
         log_wishart_prior = (sub_mul_frobenius - (static_cast<double>(K) * C));
     }
-    const double t1 = (((constant + slse) - mul_convert_n) + log_wishart_prior);
-    *out = t1;
+    const double result = (((constant + slse) - mul_convert_n) + log_wishart_prior);
+    *out = result;
     return ks::status::ok;
 }
 

@@ -18,20 +18,20 @@ namespace KS_VARIANT {  // activations_x86_64, activations_x86_64_v3, activation
 //   (x: f32) -> (f32)
 float activations_relu3(float x) {
     const bool lt_x = (x < 0.0f);
-    float r;
+    float result;
     if (lt_x) {
-        r = 0.0f;
+        result = 0.0f;
     } else {
         const bool lt_x1 = (x < 1.0f);
-        float r1;
+        float r;
         if (lt_x1) {
-            r1 = (0.3333333432674408f * ks::ipow<3>(x));
+            r = (0.3333333432674408f * ks::ipow<3>(x));
         } else {
-            r1 = (x - 0.6666666865348816f);
+            r = (x - 0.6666666865348816f);
         }
-        r = r1;
+        result = r;
     }
-    return r;
+    return result;
 }
 
 
@@ -111,20 +111,20 @@ size_t activations_vrelu3_vjp_workspace_size(int64_t n) {
 //   (x: f32, dx: f32) -> (f32)
 float activations_relu3_jvp(float x, float dx) {
     const bool lt_x = (x < 0.0f);
-    float r;
+    float result;
     if (lt_x) {
-        r = 0.0f;
+        result = 0.0f;
     } else {
         const bool lt_x1 = (x < 1.0f);
-        float r1;
+        float r;
         if (lt_x1) {
-            r1 = ((dx * (3.0f * ks::ipow<2>(x))) * 0.3333333432674408f);
+            r = ((dx * (3.0f * ks::ipow<2>(x))) * 0.3333333432674408f);
         } else {
-            r1 = dx;
+            r = dx;
         }
-        r = r1;
+        result = r;
     }
-    return r;
+    return result;
 }
 
 

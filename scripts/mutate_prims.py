@@ -1,0 +1,401 @@
+"""The mutation audit of the prim records (docs/architecture.md, issue 33): a pytest plugin that breaks one rule or
+fact of each prim record and keeps what fails.
+
+Each prim's mutants, in order (mutants_of): its type rule raising, its eval + 1, a doubled tangent (jvp) and batched
+result, its emitted C++ value + 1 and a line that does not compile, a doubled cotangent (transpose), partial_eval and
+prune raising, a wrong simplification, a doubled expansion, fusible and nonneg flipped, a rows or along rule slicing
+the wrong operand, bounds narrowed, int_value + 1, select_backend and inplace removed, parallel flipped, scratch
+halved, and each fact the record states removed (a reduction made another kind).
+
+Run i (MUT_RUN=i) breaks the i-th mutant of every prim at once, each active only while a test whose `name` parameter
+is a sample of that prim (or the prim) runs, or while test_prims_compiled lowers and renders that prim's samples: one
+run of the prim tests checks one mutant of every prim (14 runs for all of them):
+
+    cd <repo>; for i in $(seq 0 13); do MUT_RUN=$i MUT_OUT=/tmp/m/A$i.json PYTHONPATH=.:scripts nice -n 10 \
+        python -m pytest -q -p no:cacheprovider --tb=line -p mutate_prims tests/test_prims.py tests/test_prim_facts.py \
+        tests/test_prims_compiled.py; done
+
+MUT_SKIP_CAUGHT=<an earlier run's json> leaves out the mutants it caught (test_prims_compiled then builds only the
+samples of the prims left); MUT_SPEC=prim:i,... picks one mutant per prim; MUT_ONLY=prim:i,... makes them active
+everywhere (to find the other tests that catch them). MUT_OUT gets {"mut": prim -> [rule, kind], "failed": test ->
+message, "prim_of": test -> the prim it names}. A mutant is caught by a prim-named test when a test naming its prim
+fails. (A mutant that makes the package's rendering raise fails every test of that run: run such ones alone.)
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from ksbuild.ir.core import Lit, Var
+from ksbuild.prims import PRIMS
+from ksbuild.prims.base import Prim
+
+ACTIVE = [None]          # prim name active now (per-prim mode), or "*" (global mode)
+MUT: dict[str, tuple[str, str, object]] = {}   # prim -> (field, kind, value)
+GLOBAL = [False]
+
+
+class Mutant(Exception):
+    pass
+
+
+def _double(b, a):
+    t = a.type
+    if t.dtype == "bool":
+        return getattr(b, "not")(a)
+    if t.dtype == "str":
+        return a
+    return b.add(a, a)
+
+
+def _plus(x):
+    x = np.asarray(x) if not isinstance(x, np.ndarray) else x
+    if x.dtype == np.bool_:
+        return ~x
+    if x.dtype.kind in "fiuc":
+        return x + x.dtype.type(1)
+    return x
+
+
+def mutants_of(p: Prim):
+    """[(field, kind, value)] for every rule and set fact of p."""
+    out = []
+    o = p
+
+    def add(field, kind, value):
+        out.append((field, kind, value))
+
+    def raising(name):
+        def f(*a, **k):
+            raise Mutant(f"mutant: {p.name}.{name} raises")
+        return f
+    add("type_rule", "raise", raising("type_rule"))
+    ev = o.eval
+
+    def eval_plus(*a, **k):
+        r = ev(*a, **k)
+        if isinstance(r, tuple):
+            return tuple(_plus(x) for x in r)
+        if isinstance(r, list):
+            return [_plus(x) for x in r]
+        return _plus(r)
+    add("eval", "plus1", eval_plus)
+    jv = o.jvp
+
+    def jvp2(b, primals, tangents, **params):
+        outs, tans = jv(b, primals, tangents, **params)
+        return outs, [None if t is None else (_double(b, t) if isinstance(t, (Var, Lit)) else t) for t in tans]
+    if jv is not None:
+        add("jvp", "double", jvp2)
+    bt = o.batch
+
+    def batch2(b, ins, batched, size, **params):
+        outs, ob = bt(b, ins, batched, size, **params)
+        return [(_double(b, x) if isinstance(x, (Var, Lit)) else x) for x in outs], ob
+    if bt is not None:
+        add("batch", "double", batch2)
+    em = o.emit
+
+    def emit_plus(ctx, eqn):
+        orig = ctx.assign
+        outs = set(map(id, eqn.outs))
+
+        def assign(v, expr):
+            if id(v) in outs:
+                expr = f"(!({expr}))" if v.type.dtype == "bool" else f"({expr} + 1)"
+            return orig(v, expr)
+        ctx.assign = assign
+        try:
+            return em(ctx, eqn)
+        finally:
+            del ctx.assign
+    add("emit", "plus1", emit_plus)
+
+    def emit_broken(ctx, eqn):
+        r = em(ctx, eqn)
+        ctx.line(f"ks_mutant_does_not_compile_{p.name};")
+        return r
+    add("emit", "nocompile", emit_broken)
+    if o.transpose is not None:
+        tr = o.transpose
+
+        def tr2(b, cts_out, ins, linear, **params):
+            cts = tr(b, cts_out, ins, linear, **params)
+            return [None if c is None else (_double(b, c) if isinstance(c, (Var, Lit)) else c) for c in cts]
+        add("transpose", "double", tr2)
+    for fld in ("partial_eval", "prune"):
+        if getattr(o, fld) is not None:
+            add(fld, "raise", raising(fld))
+    if o.simplify is not None:
+        si = o.simplify
+
+        def simp(ins, out, **params):
+            r = si(ins, out, **params)
+            if r is None or out.type.dtype == "str":
+                return r
+            if isinstance(r, Lit):
+                v = (not r.value) if r.type.dtype == "bool" else r.value + 1
+                return Lit(v, r.type)
+            for a in ins:
+                if a is not r and isinstance(a, Var) and a.type == out.type:
+                    return a
+            return Lit(True if out.type.dtype == "bool" else (1.0 if out.type.is_float else 1), out.type)
+        add("simplify", "wrong", simp)
+    if o.expand is not None:
+        ex = o.expand
+
+        def exp2(b, ins, **params):
+            outs = ex(b, ins, **params)
+            return [(_double(b, x) if isinstance(x, (Var, Lit)) and x.type.is_float else x) for x in outs]
+        add("expand", "double", exp2)
+    if o.fusible is not None:
+        fu = o.fusible
+        add("fusible", "flip", lambda eqn: not fu(eqn))
+    if o.rows is not None:
+        ro = o.rows
+
+        def rows2(eqn, n):
+            r = ro(eqn, n)
+            if r is None:
+                return r
+            params, sliced = r
+            return params, tuple(not s for s in sliced)
+        add("rows", "wrong_operand", rows2)
+    if o.along is not None:
+        al = o.along
+
+        def along2(eqn, axis, n):
+            r = al(eqn, axis, n)
+            if r is None:
+                return r
+            params, axes = r
+            new = (None,) * len(axes)  # every operand read whole; one taken along `axis` if none was
+            if all(k is None for k in axes) and axes:
+                new = (axis,) + tuple(axes[1:])
+            return params, new
+        add("along", "wrong_operand", along2)
+    if o.inplace is not None:
+        add("inplace", "removed", lambda eqn: None)
+    if o.bounds is not None:
+        bo = o.bounds
+
+        def bounds2(eqn, range_of):
+            r = bo(eqn, range_of)
+            if r is None:
+                return r
+            lo, hi = r
+            try:
+                return lo, hi - 1
+            except Exception:  # noqa: BLE001
+                return r
+        add("bounds", "narrowed", bounds2)
+    if o.nonneg is not None:
+        nn = o.nonneg
+        add("nonneg", "flip", lambda eqn, nonneg_of: not nn(eqn, nonneg_of))
+    if o.int_value is not None:
+        iv = o.int_value
+
+        def iv2(eqn, value_of, nonneg_of):
+            r = iv(eqn, value_of, nonneg_of)
+            return None if r is None else r + 1
+        add("int_value", "plus1", iv2)
+    if o.select_backend is not None:
+        add("select_backend", "removed", lambda *a, **k: None)
+    if o.parallel is not None:
+        pa = o.parallel
+        add("parallel", "flip", lambda eqn: not pa(eqn))
+    if o.scratch is not None:
+        sc = o.scratch
+
+        def sc2(eqn, tiles):
+            r = sc(eqn, tiles)
+            return r if not r else r // 2
+        add("scratch", "halved", sc2)
+    for fld in ("accumulates", "elementwise", "view", "lowering", "remat", "strings", "positional", "precompute",
+                "branches", "sinks", "costly"):
+        if getattr(o, fld):
+            add(fld, "off", False)
+    other = {"sum": "max", "max": "min", "min": "max", "argmax": "argmin", "argmin": "argmax"}
+    if o.reduction:
+        add("reduction", "other", other[o.reduction])
+    for fld in ("loop_remat", "whole", "runs"):
+        if getattr(o, fld):
+            add(fld, "off", "")
+    if o.unmasked is not None:
+        add("unmasked", "off", None)
+    if o.takes is not None:
+        add("takes", "off", None)
+    for fld in ("lazy", "epilogue_impls"):
+        if getattr(o, fld):
+            add(fld, "off", ())
+    return out
+
+
+ALL = {n: mutants_of(p) for n, p in PRIMS.items()}
+
+
+class MutPrim(Prim):
+    def __getattribute__(self, attr):
+        if attr.startswith("__"):
+            return object.__getattribute__(self, attr)
+        name = object.__getattribute__(self, "name")
+        m = MUT.get(name)
+        if m is not None and m[0] == attr and (GLOBAL[0] or ACTIVE[0] == name):
+            return m[2]
+        return object.__getattribute__(self, attr)
+
+
+def install():
+    for p in PRIMS.values():
+        object.__setattr__(p, "__class__", MutPrim)
+
+
+def prim_of(item):
+    from prim_samples import SAMPLES, prim_name
+    cs = getattr(item, "callspec", None)
+    n = cs.params.get("name") if cs is not None else None
+    if isinstance(n, str):
+        if n in SAMPLES:
+            return prim_name(n)
+        if n in PRIMS:
+            return n
+    fn = item.originalname if hasattr(item, "originalname") else item.name
+    toks = set(fn.split("_"))
+    for p in PRIMS:
+        if "_" not in p and p in toks:
+            return p
+    return None
+
+
+RESULTS = {"failed": {}, "passed": {}}
+RAISED: dict[str, str] = {}   # sample -> what raised while building its exports under the mutant
+
+
+def pytest_configure(config):
+    install()
+    if os.environ.get("MUT_ONLY"):
+        GLOBAL[0] = True
+        for spec in os.environ["MUT_ONLY"].split(","):
+            p, i = spec.split(":")
+            MUT[p] = ALL[p][int(i)]
+    elif os.environ.get("MUT_SPEC"):  # per-prim mode, one chosen mutant of each prim named
+        for spec in os.environ["MUT_SPEC"].split(","):
+            p, i = spec.split(":")
+            MUT[p] = ALL[p][int(i)]
+            RESULTS.setdefault("idx", {})[p] = int(i)
+    else:
+        i = int(os.environ["MUT_RUN"])
+        skip = set()
+        if os.environ.get("MUT_SKIP_CAUGHT"):  # a phase-A result: leave out the mutants it caught
+            d = json.load(open(os.environ["MUT_SKIP_CAUGHT"]))
+            skip = {d["prim_of"].get(n) for n in d["failed"]}
+        for p, ms in ALL.items():
+            if i < len(ms) and p not in skip:
+                MUT[p] = ms[i]
+
+
+def pytest_collection_finish(session):
+    """Activate per sample while test_prims_compiled lowers and renders its exports."""
+    import sys
+    for item in session.items:
+        RESULTS.setdefault("prim_of", {})[item.nodeid] = prim_of(item)
+    mod = sys.modules.get("test_prims_compiled")
+    if mod is None or GLOBAL[0]:
+        return
+    from prim_samples import SAMPLES, prim_name
+    if os.environ.get("MUT_SKIP_CAUGHT") or os.environ.get("MUT_SPEC"):  # only the samples of prims with a mutant
+        mod.NAMES = [n for n in mod.NAMES if prim_name(n) in MUT]
+        mod.BLAS_NAMES = [n for n in mod.BLAS_NAMES if prim_name(n) in MUT]
+    by_export = {}
+    for s in SAMPLES:
+        e = mod.export_name(s)
+        for suffix in ("", "_jvp", "_vjp"):
+            by_export[e + suffix] = s
+    orig_funcs, orig_lowered, orig_check = mod.funcs, mod.lowered, mod.check
+
+    memo = {}
+
+    def funcs(name):  # (memoized: build() asks again for every export of every broken sample)
+        if name not in memo:
+            memo[name] = _funcs(name)
+        return memo[name]
+
+    def _funcs(name):
+        ACTIVE[0] = prim_name(name)
+        try:
+            return orig_funcs(name)
+        except Exception as e:  # noqa: BLE001
+            RAISED.setdefault(name, f"funcs: {e!r}")
+            ACTIVE[0] = None
+            return orig_funcs(name)
+        finally:
+            ACTIVE[0] = None
+
+    def lowered(f, backend):
+        s = by_export.get(f.name)
+        ACTIVE[0] = prim_name(s) if s else None
+        try:
+            return orig_lowered(f, backend)
+        except Exception as e:  # noqa: BLE001
+            RAISED.setdefault(s, f"lowered: {e!r}")
+            ACTIVE[0] = None
+            return orig_lowered(f, backend)
+        finally:
+            ACTIVE[0] = None
+
+    import ksbuild.packaging.render as render
+    orig_view = render.export_view
+
+    def export_view(package, name, f, *a, **k):
+        s = by_export.get(name)
+        ACTIVE[0] = prim_name(s) if s else None
+        try:
+            return orig_view(package, name, f, *a, **k)
+        except Exception as e:  # noqa: BLE001
+            RAISED.setdefault(s, f"render: {e!r}")
+            ACTIVE[0] = None
+            return orig_view(package, name, f, *a, **k)
+        finally:
+            ACTIVE[0] = None
+
+    def check(package, name):
+        if name in RAISED:
+            raise AssertionError(f"building {name} raised under the mutant: {RAISED[name]}")
+        return orig_check(package, name)
+    mod.funcs, mod.lowered, mod.check = funcs, lowered, check
+    render.export_view = export_view
+
+
+def pytest_collection_modifyitems(session, config, items):
+    if (os.environ.get("MUT_SKIP_CAUGHT") or os.environ.get("MUT_SPEC")) and not GLOBAL[0]:
+        keep = [it for it in items if prim_of(it) in MUT or "test_prims_compiled" not in it.nodeid]
+        config.hook.pytest_deselected(items=[it for it in items if it not in keep])
+        items[:] = keep
+
+
+def pytest_runtest_call(item):
+    if not GLOBAL[0]:
+        ACTIVE[0] = prim_of(item)
+
+
+def pytest_runtest_teardown(item):
+    if not GLOBAL[0]:
+        ACTIVE[0] = None
+
+
+def pytest_runtest_logreport(report):
+    if report.failed:
+        RESULTS["failed"][report.nodeid] = (report.longreprtext or "")[-600:]
+    elif report.when == "call" and report.passed:
+        RESULTS["passed"][report.nodeid] = 1
+
+
+def pytest_sessionfinish(session, exitstatus):
+    out = os.environ.get("MUT_OUT")
+    if out:
+        RESULTS["mut"] = {p: [m[0], m[1]] for p, m in MUT.items()}
+        RESULTS["raised"] = RAISED
+        with open(out, "w") as fh:
+            json.dump(RESULTS, fh)
