@@ -143,8 +143,7 @@ def _split_rows(s: ConvShape) -> bool:
 
 def _split_packed(s: ConvShape, size: int, t: Tiles) -> bool:
     """convs::split_packed<T>: the panels method's blocks packed from the image split into its stride phases."""
-    return s.groups == 1 and _split_rows(s) and not _few_positions(s) and not _phased(s, size) and \
-        not _chunked(s, size, t) and not _flattened(s, size, t)
+    return s.groups == 1 and _split_rows(s) and not _few_positions(s) and not _chunked(s, size, t)
 
 
 def _phased(s: ConvShape, size: int) -> bool:

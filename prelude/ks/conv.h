@@ -101,10 +101,11 @@ constexpr bool phased(const conv_shape& s) {
 
 // Whether the `panels` method packs its im2col blocks from the image split into stride phases (split_phases) instead
 // of from the padded image: a 2-d convolution of stride 2 both ways, one group, dilation 1, a kernel of 2 × 2 or more
-// (taps in every phase), not taken by another method (method_for: rows under four panels, more positions than a
-// `chunks` block). Each run of a block's positions in one output row is then consecutive elements of a plane, copied
-// as whole vectors (copy_run), where the padded image's every second element was copied one by one (ResNet-18's
-// 3 × 3 stride-2 layer 64 -> 128 at 28 × 28: the copy a third of its time).
+// (taps in every phase), neither few positions nor `chunks` (a `phases` shape is split all the same and a `flat` one
+// has groups, so method_for's tests for those are not repeated: their code had made plan_at 3 KB larger). Each run of
+// a block's positions in one output row is then consecutive elements of a plane, copied as whole vectors (copy_run),
+// where the padded image's every second element was copied one by one (ResNet-18's 3 × 3 stride-2 layer 64 -> 128 at
+// 28 × 28: the copy a third of its time).
 template <class T>
 constexpr bool split_packed(const conv_shape& s);  // (below, after chunked)
 
@@ -892,8 +893,8 @@ constexpr bool flattened(const conv_shape& s) {
 }
 
 template <class T>
-constexpr bool split_packed(const conv_shape& s) {
-    return s.groups == 1 && split_rows(s) && !few_positions(s) && !phased<T>(s) && !chunked<T>(s) && !flattened<T>(s);
+constexpr bool split_packed(const conv_shape& s) {  // (a phased shape is split anyway, a flattened one has groups)
+    return s.groups == 1 && split_rows(s) && !few_positions(s) && !chunked<T>(s);
 }
 
 // Positions [full, full + tail) of the im2col rows [0, kc) of one image x (as pack_panels reads it) into columns
