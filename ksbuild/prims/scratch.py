@@ -130,7 +130,20 @@ CONV_PLAN_BYTES = 208
 def _copies_image(s: ConvShape, size: int, t: Tiles) -> bool:
     pads = any(s.pad[a] > 0 or _extent(s, a) - s.pad[a] > s.inp[a] for a in range(3))
     return pads or (_direct(s, size) and s.out[2] % _panel(size) != 0) or _phased(s, size) or \
-        _flattened(s, size, t)
+        _flattened(s, size, t) or _split_packed(s, size, t)
+
+
+def _split_rows(s: ConvShape) -> bool:
+    """convs::split_rows: im2col rows copied from the image split into its stride phases (2-d, stride 2 × 2)."""
+    fits = s.channels * 4 * (-(-_extent(s, 1) // 2) + 1) * (-(-_extent(s, 2) // 2) + 1) < 1 << 30
+    return s.out[0] == 1 and s.inp[0] == 1 and s.kernel[0] == 1 and s.pad[0] == 0 and s.stride[1] == 2 and \
+        s.stride[2] == 2 and s.dilation[1] == 1 and s.dilation[2] == 1 and s.kernel[1] >= 2 and s.kernel[2] >= 2 and \
+        fits
+
+
+def _split_packed(s: ConvShape, size: int, t: Tiles) -> bool:
+    """convs::split_packed<T>: the panels method's blocks packed from the image split into its stride phases."""
+    return s.groups == 1 and _split_rows(s) and not _few_positions(s) and not _chunked(s, size, t)
 
 
 def _phased(s: ConvShape, size: int) -> bool:
@@ -185,7 +198,7 @@ def _padded_size(s: ConvShape, size: int, t: Tiles) -> int:
         return 0
     plain = s.channels * _extent(s, 0) * _extent(s, 1) * _extent(s, 2)
     planes = s.channels * _phase_planes(s)
-    split = _phased(s, size) or (_flattened(s, size, t) and _flat_split(s))
+    split = _phased(s, size) or (_flattened(s, size, t) and _flat_split(s)) or _split_packed(s, size, t)
     return (planes if split and planes > plain else plain) + _panel(size)
 
 
@@ -304,7 +317,9 @@ def pointwise_scratch(s: ConvShape, size: int, t: Tiles) -> int:
         return _aligned(s.positions() * 2 * _panel(size))
     cc = max(1, min(s.channels, 512 * 1024 // (s.out_channels * s.taps() * size)))  # (convs::window_channels)
     rows = max(1, 256 // s.positions()) * s.positions()  # (convs::window_images)
-    padded = cc * _extent(s, 0) * _extent(s, 1) * _extent(s, 2) + _panel(size)
+    plain = cc * _extent(s, 0) * _extent(s, 1) * _extent(s, 2)
+    planes = cc * 4 * -(-_extent(s, 1) // 2) * -(-_extent(s, 2) // 2) if _split_rows(s) else 0
+    padded = max(plain, planes) + _panel(size)  # (convs::window_padded: the channels padded or split)
     width = -(-s.out_channels // _panel(size)) * _panel(size)
     return _aligned(padded) + _aligned(cc * s.taps() * rows) + _aligned(rows * width) + _chunks_room(size, t)
 

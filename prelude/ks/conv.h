@@ -99,12 +99,40 @@ constexpr bool phased(const conv_shape& s) {
                (1ll << 30);
 }
 
+// Whether the `panels` method packs its im2col blocks from the image split into stride phases (split_phases) instead
+// of from the padded image: a 2-d convolution of stride 2 both ways, one group, dilation 1, a kernel of 2 × 2 or more
+// (taps in every phase), neither few positions nor `chunks` (a `phases` shape is split all the same and a `flat` one
+// has groups, so method_for's tests for those are not repeated: their code had made plan_at 3 KB larger). Each run of
+// a block's positions in one output row is then consecutive elements of a plane, copied as whole vectors (copy_run),
+// where the padded image's every second element was copied one by one (ResNet-18's 3 × 3 stride-2 layer 64 -> 128 at
+// 28 × 28: the copy a third of its time).
+template <class T>
+constexpr bool split_packed(const conv_shape& s);  // (below, after chunked)
+
 // The rows and columns of each phase plane (phased): the padded extent over the stride, rounded up.
 constexpr int64_t phase_rows(const conv_shape& s) {
     return tiles::index_div(extent(s, 1) + s.stride[1] - 1, s.stride[1]);
 }
 constexpr int64_t phase_cols(const conv_shape& s) {
     return tiles::index_div(extent(s, 2) + s.stride[2] - 1, s.stride[2]);
+}
+
+// Whether im2col rows are copied from the image split into stride phases (split_packed; ks::conv_pointwise's windowed
+// blocks): a 2-d convolution of stride 2 both ways, dilation 1, a kernel of at least 2 × 2 (taps in every phase).
+constexpr bool split_rows(const conv_shape& s) {
+    return s.out[0] == 1 && s.in[0] == 1 && s.kernel[0] == 1 && s.pad[0] == 0 && s.stride[1] == 2 && s.stride[2] == 2 &&
+           s.dilation[1] == 1 && s.dilation[2] == 1 && s.kernel[1] >= 2 && s.kernel[2] >= 2 &&
+           s.channels * 4 * (phase_rows(s) + 1) * (phase_cols(s) + 1) < (1ll << 30);
+}
+
+// The stride-1 shape over one phase plane of the split image (direct_group's with phase_offsets; pack_panels' runs).
+constexpr conv_shape phase_shape(const conv_shape& s) {
+    conv_shape p = s;
+    p.in[1] = phase_rows(s);
+    p.in[2] = phase_cols(s);
+    p.stride[1] = p.stride[2] = 1;
+    p.pad[1] = p.pad[2] = 0;
+    return p;
 }
 
 // Whether a 2-d convolution runs flattened (method `flat`): the windows read straight from the padded image (stride 1)
@@ -143,7 +171,8 @@ constexpr conv_dim flat_rows = 64;
 // end in a partial panel read up to a panel past them (the copy has that much room after it).
 template <class T>
 constexpr bool copies_image(const conv_shape& s) {
-    return needs_padding(s) || (direct<T>(s) && s.out[2] % panel_width<T> != 0) || phased<T>(s) || flattened<T>(s);
+    return needs_padding(s) || (direct<T>(s) && s.out[2] % panel_width<T> != 0) || phased<T>(s) || flattened<T>(s) ||
+           split_packed<T>(s);
 }
 
 // The elements of the zero-padded copy of the image and its room after (0 when there is no copy); split into
@@ -152,7 +181,7 @@ template <class T>
 constexpr int64_t padded_size(const conv_shape& s) {
     const int64_t planes = s.stride[1] * s.stride[2] * phase_rows(s) * phase_cols(s);
     const int64_t plain = s.channels * extent(s, 0) * extent(s, 1) * extent(s, 2);
-    const bool split = phased<T>(s) || (flattened<T>(s) && flat_split(s));
+    const bool split = phased<T>(s) || (flattened<T>(s) && flat_split(s)) || split_packed<T>(s);
     return copies_image<T>(s) ? (split && s.channels * planes > plain ? s.channels * planes : plain) + panel_width<T>
                               : 0;
 }
@@ -337,25 +366,73 @@ inline void panel_chunks(const conv_shape& s, int64_t j0, int64_t cols, int64_t 
     });
 }
 
-// Rows [k0, k0 + kc) and positions [j0, j0 + cols) of image x's im2col matrix (x needs no padding), copied
-// into panels at dst ([ceil(cols / P)][kc][P], zero-padded): for a group of rows at a time, chunk by chunk,
-// so that each panel is written front to back. (Out of line: inlined in packed_group, its row table and loops'
-// values shared the register tiles' frame.)
+// The first element of each row [k0, k0 + kc) of a 2-d stride-2 convolution's im2col matrix in image x split into its
+// stride phases (split_phases; s: the convolution's shape): row (c, kh, kw) starts in channel c's plane (kh mod 2,
+// kw mod 2) at row kh / 2, column kw / 2 (phase_offsets' offsets, counted without a division per row).
+template <class T, class Row>
+inline void phase_im2col_rows(const conv_shape& s, const T* x, conv_dim k0, conv_dim kc, Row row) {
+    const conv_dim pw = conv_dim(phase_cols(s)), plane = conv_dim(phase_rows(s)) * pw, kw_count = conv_dim(s.kernel[2]);
+    const conv_dim taps = conv_dim(s.taps()), c0 = conv_dim(tiles::index_div(k0, taps));
+    const conv_dim th = conv_dim(tiles::index_div(k0 - c0 * taps, kw_count));
+    conv_dim c = c0, kh = th, kw = k0 - c0 * taps - th * kw_count;
+    for (conv_dim p = 0; p < kc; ++p) {
+        row(p, x + ((c * 2 + (kh & 1)) * 2 + (kw & 1)) * plane + (kh >> 1) * pw + (kw >> 1));
+        if (++kw < kw_count) {
+            continue;
+        }
+        kw = 0;
+        if (++kh < s.kernel[1]) {
+            continue;
+        }
+        kh = 0;
+        ++c;
+    }
+}
+
+// count consecutive elements from src to out in whole vectors, the last one stored in part (src readable up to a
+// vector past the run: the split image has a panel of room after it).
+template <class T>
+inline void copy_run(const T* src, T* out, conv_dim count) {
+    constexpr int L = tiles::simd<T>::lanes;
+    for (conv_dim u = 0; u < count; u += L) {
+        tiles::store<T>(tiles::load<T>(src + u), out + u, count - u < L ? int(count - u) : L, false);
+    }
+}
+
+// Rows [k0, k0 + kc) and positions [j0, j0 + cols) of image x's im2col matrix (x needs no padding; split: x split
+// into its stride phases, split_packed), copied into panels at dst ([ceil(cols / P)][kc][P], zero-padded): for a
+// group of rows at a time, chunk by chunk, so that each panel is written front to back. (Out of line: inlined in
+// packed_group, its row table and loops' values shared the register tiles' frame.)
 template <class T>
 __attribute__((noinline)) void pack_panels(const conv_shape& s, const T* x, int64_t k0, int64_t kc, int64_t j0, int64_t cols, T* dst,
-                 chunks<T>& cs) {
+                 chunks<T>& cs, bool split = false) {
     constexpr int P = panel_width<T>;
     constexpr int64_t group = 16;  // (rows whose first elements are kept: 128 bytes of stack)
     const int64_t step = s.stride[2];
     cs.n = 0;
-    panel_chunks<T>(s, j0, cols, kc, cs);
+    if (split) {  // (a block's runs along the plane's rows: stride 1, rows phase_cols apart)
+        panel_chunks<T>(phase_shape(s), j0, cols, kc, cs);
+    } else {
+        panel_chunks<T>(s, j0, cols, kc, cs);
+    }
     const T* firsts[group];
     for (int64_t p0 = 0; p0 < kc; p0 += group) {
         const int64_t rows = kc - p0 < group ? kc - p0 : group;
-        im2col_rows<T>(s, x, k0 + p0, rows, [&firsts](int64_t p, const T* first) { firsts[p] = first; });
+        const auto keep = [&firsts](int64_t p, const T* first) { firsts[p] = first; };
+        if (split) {
+            phase_im2col_rows<T>(s, x, conv_dim(k0 + p0), conv_dim(rows), keep);
+        } else {
+            im2col_rows<T>(s, x, k0 + p0, rows, keep);
+        }
         for (int64_t i = 0; i < cs.n; ++i) {
             T* out = dst + cs.dst[i] + p0 * P;  // row p of the chunk's panel at out + p * P
             const int64_t src = cs.src[i], count = cs.count[i];
+            if (split) {
+                for (int64_t p = 0; p < rows; ++p) {
+                    copy_run<T>(firsts[p] + src, out + p * P, conv_dim(count));
+                }
+                continue;
+            }
             if (step == 1 && count == P) {
                 for (int64_t p = 0; p < rows; ++p) {
                     std::memcpy(out + p * P, firsts[p] + src, sizeof(T) * P);
@@ -752,10 +829,11 @@ __attribute__((noinline)) void flat_group(const conv_shape& s, const T* x, const
 // small may still be in L2 (as winograd::prefetched_kernel).
 constexpr int64_t streamed_kernel = 512 * 1024;
 
-// One group of one image, the im2col matrix packed into panels block by block.
+// One group of one image, the im2col matrix packed into panels block by block (split: from x split into its stride
+// phases, split_packed).
 template <class T, bool PACKED>
 __attribute__((noinline)) void packed_group(const conv_shape& s, const T* x, const T* kernel, T* panels, chunks<T>& cs, T* y,
-                  const epilogue<T>& epi) {
+                  const epilogue<T>& epi, bool split) {
     constexpr int P = panel_width<T>;
     const int64_t mg = tiles::index_div(s.out_channels, s.groups), depth = s.depth(), n = s.positions();
     const int64_t step = tiles::k_step(depth), block = position_block * P;
@@ -763,7 +841,7 @@ __attribute__((noinline)) void packed_group(const conv_shape& s, const T* x, con
         const int64_t cols = n - j0 < block ? n - j0 : block;
         for (int64_t k0 = 0; k0 < depth; k0 += step) {
             const int64_t kc = depth - k0 < step ? depth - k0 : step;
-            pack_panels<T>(s, x, k0, kc, j0, cols, panels, cs);
+            pack_panels<T>(s, x, k0, kc, j0, cols, panels, cs, split);
             tiles::row_tiles<T> a = kernel_rows<T, PACKED>(kernel, depth, k0);
             // (the kernel as it is, read once: method panels; prefetched when its rows of this block are larger than
             // L2 keeps from one layer's call to the next)
@@ -812,6 +890,11 @@ constexpr bool flattened(const conv_shape& s) {
            few_rows && !direct<T>(s) && !phased<T>(s) && !chunked<T>(s) && taps &&
            4 * ((flat + P - 1) / P) <= 5 * ((n + P - 1) / P) &&
            s.channels * s.stride[1] * s.stride[2] * (phase_rows(s) + 1) * (phase_cols(s) + 1) < (1ll << 30);
+}
+
+template <class T>
+constexpr bool split_packed(const conv_shape& s) {  // (a phased shape is split anyway, a flattened one has groups)
+    return s.groups == 1 && split_rows(s) && !few_positions(s) && !chunked<T>(s);
 }
 
 // Positions [full, full + tail) of the im2col rows [0, kc) of one image x (as pack_panels reads it) into columns
@@ -1021,8 +1104,7 @@ __attribute__((noinline)) void split_phases(const conv_shape& s, const T* x, T* 
     }
 }
 
-// The offset of each im2col row (c, kh, kw) from the split image (split_phases), and the stride-1 shape over one
-// phase plane that direct_group runs with them.
+// The offset of each im2col row (c, kh, kw) from the split image (split_phases), for direct_group over phase_shape.
 // (A group's rows: depth() of them.)
 __attribute__((noinline)) inline void phase_offsets(const conv_shape& s, int32_t* out) {
     const int64_t sh = s.stride[1], sw = s.stride[2], plane = phase_rows(s) * phase_cols(s), depth = s.depth();
@@ -1036,15 +1118,6 @@ __attribute__((noinline)) inline void phase_offsets(const conv_shape& s, int32_t
             }
         }
     }
-}
-
-constexpr conv_shape phase_shape(const conv_shape& s) {
-    conv_shape p = s;
-    p.in[1] = phase_rows(s);
-    p.in[2] = phase_cols(s);
-    p.stride[1] = p.stride[2] = 1;
-    p.pad[1] = p.pad[2] = 0;
-    return p;
 }
 
 // ks::conv by channel chunks: per chunk of input channels (chunk_channels), every image's rows of the im2col
@@ -1222,6 +1295,7 @@ void conv_as(const convs::conv_plan& plan, const conv_shape& given, int64_t imag
     constexpr bool few = M == method::few, direct = M == method::direct_packed || M == method::direct;
     constexpr bool phases = M == method::phases_packed || M == method::phases;
     constexpr bool flat = M == method::flat_packed || M == method::flat;
+    constexpr bool panels = M == method::panels_packed || M == method::panels;
     constexpr bool pack = M == method::direct_packed || M == method::panels_packed || M == method::phases_packed ||
                           M == method::flat_packed;
     x = tiles::opaque(x);
@@ -1243,7 +1317,8 @@ void conv_as(const convs::conv_plan& plan, const conv_shape& given, int64_t imag
     if constexpr (phases) {
         convs::phase_offsets(s, offsets);
     }
-    const bool split = flat && convs::flat_split(s);  // (flat: the image split into phases, else padded)
+    // (flat, panels: the image split into phases, else padded)
+    const bool split = flat ? convs::flat_split(s) : panels && convs::split_packed<T>(s);
     if constexpr (flat) {
         if (split) {
             convs::phase_offsets(s, offsets);
@@ -1283,7 +1358,7 @@ void conv_as(const convs::conv_plan& plan, const conv_shape& given, int64_t imag
                 convs::flat_group<T, pack>(split ? convs::phase_shape(s) : s, xg, kernel, offsets,
                                            rest + convs::aligned(depth), yg, eg);
             } else {
-                convs::packed_group<T, pack>(s, xg, kernel, rest, cs, yg, eg);
+                convs::packed_group<T, pack>(s, xg, kernel, rest, cs, yg, eg, split);
             }
         }
     }
@@ -1385,6 +1460,19 @@ constexpr conv_dim window_images(const conv_shape& s) {
 
 }  // namespace convs
 
+namespace convs {
+
+// The elements of a windowed block's channels padded (or split into their stride phases: split_rows), a panel of room
+// after: the first part of pointwise_scratch.
+template <class T>
+constexpr int64_t window_padded(const conv_shape& s) {
+    const int64_t cc = window_channels(s, sizeof(T)), plain = cc * extent(s, 0) * extent(s, 1) * extent(s, 2);
+    const int64_t planes = split_rows(s) ? cc * 4 * phase_rows(s) * phase_cols(s) : 0;
+    return aligned((planes > plain ? planes : plain) + panel_width<T>);
+}
+
+}  // namespace convs
+
 template <class T>
 constexpr int64_t pointwise_scratch(const conv_shape& s) {
     if (!convs::windowed(s)) {
@@ -1392,7 +1480,7 @@ constexpr int64_t pointwise_scratch(const conv_shape& s) {
     }
     // a block's channels padded, its im2col rows for a group of images, their yᵀ [images · n][ceil(M / P) · P]
     const int64_t cc = convs::window_channels(s, sizeof(T)), rows = convs::window_images(s) * s.positions();
-    const int64_t padded = cc * convs::extent(s, 0) * convs::extent(s, 1) * convs::extent(s, 2) + panel_width<T>;
+    const int64_t padded = convs::window_padded<T>(s);
     const int64_t width = (s.out_channels + panel_width<T> - 1) / panel_width<T> * panel_width<T>;
     return convs::aligned(padded) + convs::aligned(cc * s.taps() * rows) + convs::aligned(rows * width) +
            convs::chunks_room<T>();
@@ -1430,18 +1518,42 @@ KS_OWN_FRAME void pointwise_block(int64_t n, int64_t kc, const tiles::row_tiles<
                                                                    ld, cols, load_c, false, 0, epilogue<T>{});
 }
 
+// Rows [0, kc) of the im2col matrix of x split into its stride phases (split_rows; s: the convolution's shape) at
+// dst [p · p_stride + q]: each output row's run of positions consecutive elements of a plane, copied as whole vectors.
+template <class T>
+__attribute__((noinline)) void pack_split(const conv_shape& s, const T* x, conv_dim kc, T* dst, conv_dim p_stride,
+                                          chunks<T>& cs) {
+    cs.n = 0;
+    position_runs(phase_shape(s), 0, s.positions(), [&cs](int64_t r, int64_t offset, int64_t count) {
+        cs.src[cs.n] = offset;
+        cs.dst[cs.n] = r;
+        cs.count[cs.n++] = count;
+    });
+    phase_im2col_rows<T>(s, x, 0, kc, [&](conv_dim p, const T* first) {
+        for (int64_t i = 0; i < cs.n; ++i) {
+            copy_run<T>(first + cs.src[i], dst + p * p_stride + cs.dst[i], conv_dim(cs.count[i]));
+        }
+    });
+}
+
 // The im2col rows of input channels [c0, c0 + k) of images [g0, g1) of the convolution `given` (windowed) into cols
 // ([k · taps][(g1 - g0) · n]: the images' positions side by side), each image's channels padded first when the windows
-// reach outside it. (Out of line: the shape of the block's padded channels in a frame of its own.)
+// reach outside it, or split into their stride phases (split_rows). (Out of line: the shape of the block's padded
+// channels in a frame of its own.)
 template <class T>
 __attribute__((noinline)) void window_cols(const conv_shape& given, conv_dim c0, conv_dim k, int64_t g0, int64_t g1,
                                            const T* x, T* padded, T* cols, chunks<T>& cs) {
-    const bool pad = needs_padding(given);
-    conv_shape part = pad ? padded_shape(given) : given;  // (the shape the rows are read from)
+    const bool split = split_rows(given), pad = !split && needs_padding(given);
+    conv_shape part = pad ? padded_shape(given) : given;  // (the shape the rows are read from; split: the given one)
     part.channels = k;
     const conv_dim n = conv_dim(given.positions()), count = conv_dim(g1 - g0) * n;
     for (int64_t image = g0; image < g1; ++image) {
         const T* xi = x + (image * given.channels + c0) * given.in_plane();
+        if (split) {
+            split_phases<T>(part, xi, padded);
+            pack_split<T>(part, padded, k * given.taps(), cols + conv_dim(image - g0) * n, count, cs);
+            continue;
+        }
         if (pad) {
             pad_channels<T>(given, k, xi, padded);
             xi = padded;
@@ -1463,7 +1575,7 @@ __attribute__((noinline)) void windowed_images(const conv_shape& s, int64_t g0, 
     const conv_dim width = (m + P - 1) / P * P;
     const conv_dim cc = window_channels(s, sizeof(T)), rows = window_images(s) * n, count = conv_dim(g1 - g0) * n;
     T* padded = scratch;
-    T* cols = padded + aligned(cc * extent(s, 0) * extent(s, 1) * extent(s, 2) + P);
+    T* cols = padded + window_padded<T>(s);
     T* t = cols + aligned(cc * taps * rows);
     chunks<T>& cs = chunks_at(scratch, pointwise_scratch<T>(s));
     for (conv_dim c0 = 0; c0 < s.channels; c0 += cc) {

@@ -452,6 +452,42 @@ void flat_convs(uint64_t& state) {
     }
 }
 
+// Stride-2 2-d convolutions of one group whose rows hold fewer than four panels: ks::conv's `panels` methods with the
+// blocks packed from the image split into its stride phases (ks/conv.h: split_packed, copy_run), which must be what
+// these shapes get: 3 × 3 layers at odd sides and padding on one side, 2 × 2 and 4 × 4 kernels without padding (the
+// image copied all the same) over an odd number of rows, a 5 × 5 kernel, output channels past the last whole tile, rows
+// of two panels and a part (ResNet-18's 28 × 28 out); and three that must not (a 1 × 1 stride-2 kernel, stride 3, a
+// dilation of 2), checked against the loops all the same; one image and three (the kernel packed), with and without an
+// epilogue.
+template <class T>
+void split_packed_convs(uint64_t& state) {
+    struct case_ {
+        int64_t channels, out_channels, h, w, kh, kw, sh, sw, ph, pw, dilation;
+        bool split;
+    };
+    const case_ cases[] = {{13, 19, 29, 27, 3, 3, 2, 2, 1, 1, 1, true},  {17, 40, 56, 56, 3, 3, 2, 2, 1, 1, 1, true},
+                           {9, 21, 13, 15, 3, 3, 2, 2, 1, 0, 1, true},   {12, 20, 15, 21, 2, 2, 2, 2, 0, 0, 1, true},
+                           {16, 24, 13, 19, 4, 4, 2, 2, 0, 1, 1, true},  {7, 11, 23, 25, 5, 5, 2, 2, 2, 2, 1, true},
+                           {8, 10, 33, 40, 1, 1, 2, 2, 0, 0, 1, false},  {10, 14, 31, 31, 3, 3, 3, 3, 1, 1, 1, false},
+                           {6, 9, 21, 23, 3, 3, 2, 2, 2, 2, 2, false}};
+    int trial = 0;
+    for (const case_& c : cases) {
+        ks::conv_shape s{c.channels, c.out_channels, 1, {1, c.h, c.w}, {}, {1, c.kh, c.kw}, {1, c.sh, c.sw},
+                         {1, c.dilation, c.dilation}, {0, c.ph, c.pw}};
+        s.out[0] = 1;
+        s.out[1] = (c.h + 2 * c.ph - c.dilation * (c.kh - 1) - 1) / c.sh + 1;
+        s.out[2] = (c.w + 2 * c.pw - c.dilation * (c.kw - 1) - 1) / c.sw + 1;
+        const ks::convs::method m = ks::convs::method_of<T>(s, 1);
+        const bool split = (m == ks::convs::method::panels || m == ks::convs::method::panels_packed) &&
+                           ks::convs::split_packed<T>(ks::convs::plan_of<T>(s).s);
+        report<T>(split == c.split ? 0.0 : 1e9, s.depth(), "conv: the panels method on split phases chosen",
+                  s.out_channels, s.positions(), s.depth(), 0);
+        for (int images = 1; images <= 3; images += 2) {
+            check_conv<T>(s, images, (trial++ & 1) != 0, 0, state);
+        }
+    }
+}
+
 // Trial `trial` of the MobileNet-like depthwise shapes (3 or 5 wide, column stride 1 or 2, dilation 1): rows 1 to 40
 // outputs wide, padding of half the kernel, none or more on one side.
 ks::conv_shape mobile_depthwise_shape(int trial, int64_t channels) {
@@ -735,6 +771,8 @@ int main(int argc, char** argv) {
     phased_convs<double>(state);
     flat_convs<float>(state);
     flat_convs<double>(state);
+    split_packed_convs<float>(state);
+    split_packed_convs<double>(state);
     depthwise_convs<float>(state);
     depthwise_convs<double>(state);
     column_affines<float>(state);
