@@ -321,14 +321,14 @@ def relu3(x: float) -> float:
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs GCC")
 def test_the_prelude_is_precompiled_once_and_gives_the_same_object(tmp_path):
     """With a kernel cache and GCC, a package's objects read ks/prelude.h and ks/kernels.h from prelude_<level>.h.gch
-    (CMakeLists.txt: P_precompiled_prelude): the first project compiles it into the cache, a second package reads
-    it from there (the headers in a .gch are not among the dependencies GCC writes for an object, and it warns
+    (CMakeLists.txt: P_precompiled_prelude): the first project of a level only marks it wanted (one build in a fresh
+    cache does not pay for it), the second compiles it into the cache, a third package reads it from there (the headers in a .gch are not among the dependencies GCC writes for an object, and it warns
     under -Winvalid-pch when it cannot read one), and each object is byte for byte the one compiled without it."""
     import sys
     from ksbuild.compile.cmake import cmake_exe
     cmake, cache = cmake_exe(), tmp_path / "cache"
 
-    def build(name: str, kernel_cache: Path | None) -> tuple[Path, str]:
+    def build(name: str, kernel_cache: Path | None, folder: str = "build_cached") -> tuple[Path, str]:
         d = tmp_path / name
         if not d.exists():
             d.mkdir()
@@ -336,13 +336,16 @@ def test_the_prelude_is_precompiled_once_and_gives_the_same_object(tmp_path):
             (d / "manifest.toml").write_text(MANIFEST.format(name=name, kernel="relu3"))
             subprocess.run([sys.executable, "-m", "ksbuild", "-q", "render", str(d / "manifest.toml"), "-o",
                             str(d / "project")], check=True)
-        b = d / ("build_cached" if kernel_cache else "build_plain")
+        b = d / (folder if kernel_cache else "build_plain")
         subprocess.run([cmake, "-S", str(d / "project"), "-B", str(b), "-DCMAKE_BUILD_TYPE=Release",
                         f"-D{name}_KERNEL_CACHE={kernel_cache or ''}"], check=True, capture_output=True)
         run = subprocess.run([cmake, "--build", str(b), "-j", "2"], check=True, capture_output=True, text=True)
         return b, run.stdout + run.stderr
 
     build("pch_a", cache)
+    assert not list(cache.glob("prelude_*.h.gch")) and list(cache.glob("prelude_*.wanted")), list(cache.iterdir())
+    _, said = build("pch_a", cache, "build_again")
+    assert "_prelude_" in said, said
     headers = sorted(p.name for p in cache.glob("prelude_*.h.gch"))
     assert headers, sorted(p.name for p in cache.iterdir())
     second, said = build("pch_b", cache)
