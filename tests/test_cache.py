@@ -126,8 +126,8 @@ def test_kernel_objects_are_keyed_by_pthread_not_by_the_thread_count(relu3_copy)
     """The kernel layer's object folder (package.kernel_cache): one for [build] threads 0 and 1, one for every count
     above 1 (the kernel layer has no thread count in it: only -pthread differs), another for another optimize or
     for cpu = "native", so that the suite's builds with threads = 1, 2 and 4 compile kernels.cpp twice, not four
-    times. Another cpu shares the folder: the objects are named by their level (kernels_x86_64_v3.o), so a build
-    for x86-64-v4 takes the object a portable build compiled for that level."""
+    times. Another cpu shares the folder: the objects are named by their level and part (kernels_x86_64_v3_products.o),
+    so a build for x86-64-v4 takes the object a portable build compiled for that level."""
     from ksbuild.compile.targets import TARGETS
     from ksbuild.packaging.package import kernel_cache
     text = relu3_copy.read_text()
@@ -145,7 +145,7 @@ def test_kernel_objects_are_keyed_by_pthread_not_by_the_thread_count(relu3_copy)
 def test_builds_started_together_compile_the_kernel_layer_once(tmp_path, private_cache, monkeypatch):
     """Two builds that need the same missing kernel object (package.one_compile_of_the_kernels): the second waits
     for the first (which compiles and saves it) and says so; once the object is there, or for the other flavour
-    (int8), or with a compiler launcher, nobody waits."""
+    (int8: another part of the layer), or with a compiler launcher, nobody waits."""
     import threading
 
     from ksbuild.packaging.package import one_compile_of_the_kernels
@@ -153,7 +153,8 @@ def test_builds_started_together_compile_the_kernel_layer_once(tmp_path, private
     project, kernels = tmp_path / "project", private_cache / "kernels" / "k0"
     project.mkdir()
     takes = "# This project takes (at its default CPU setting): kernels_x86_64_v4{}.o\n"
-    (project / "CMakeLists.txt").write_text("function(p_kernel_layer level march)\nendfunction()\n" + takes.format(""))
+    (project / "CMakeLists.txt").write_text("function(p_kernel_layer level march)\nendfunction()\n" +
+                                           takes.format("_products"))
     events, said = [], []
     started = threading.Event()
 
@@ -169,7 +170,7 @@ def test_builds_started_together_compile_the_kernel_layer_once(tmp_path, private
         waiting.join(0.5)
         assert waiting.is_alive() and not events  # (held back while the first compiles)
         kernels.mkdir(parents=True)
-        (kernels / "kernels_x86_64_v4.o").write_bytes(b"")
+        (kernels / "kernels_x86_64_v4_products.o").write_bytes(b"")
         events.append("first")
     waiting.join()
     assert events == ["first", "second"] and said == ["  waiting for another build compiling the kernel layer with "
@@ -192,10 +193,11 @@ def test_builds_started_together_compile_the_kernel_layer_once(tmp_path, private
         return held or bool(got)
 
     layer = "function(p_kernel_layer level march)\n"
-    assert not waits(layer + takes.format(""))  # (the object is there now)
+    assert not waits(layer + takes.format("_products"))  # (the object is there now)
     int8 = layer + takes.format("_int8")
-    assert waits(int8)  # (its integer flavour is not)
-    assert waits(layer + takes.format("").replace(": ", ": kernels_x86_64.o "))  # (nor another level's)
+    assert waits(int8)  # (its integer part is not)
+    another_level = takes.format("_products").replace(": ", ": kernels_x86_64_products.o ")
+    assert waits(layer + another_level)  # (nor another level's)
     monkeypatch.setenv("CMAKE_CXX_COMPILER_LAUNCHER", "ccache")
     assert not waits(int8)
     monkeypatch.delenv("CMAKE_CXX_COMPILER_LAUNCHER")

@@ -151,14 +151,16 @@ def test_a_tile_without_a_vector_unit_computes_in_scalar_registers(tmp_path):
     assert proc.returncode == 0, proc.stderr
 
 
-def _kernel_layer_symbols(tmp_path) -> str:
-    """`nm -S -C` of the kernel layer compiled for a Cortex-M4 at -O3, as the generated projects compile it."""
+def _kernel_layer_symbols(tmp_path, part: str) -> str:
+    """`nm -S -C` of a part of the kernel layer (products, convs: ks/kernels.h) compiled for a Cortex-M4 at -O3, as
+    the generated projects compile it."""
     m4 = TARGETS["cortex-m4"]
     need(m4)
-    obj = tmp_path / "kernels.o"
+    obj = tmp_path / f"kernels_{part}.o"
     subprocess.run([m4.cxx, "-std=c++17", *m4.flags, "-O3", "-ffunction-sections", "-fno-exceptions", "-fno-rtti",
-                    "-fno-math-errno", "-fno-trapping-math", "-fwrapv", "-DNDEBUG", "-I", str(ROOT / "prelude"), "-c",
-                    str(ROOT / "prelude/ks/kernels.cpp"), "-o", str(obj)], check=True)
+                    "-fno-math-errno", "-fno-trapping-math", "-fwrapv", "-DNDEBUG", f"-DKS_KERNELS_{part.upper()}",
+                    "-I", str(ROOT / "prelude"), "-c", str(ROOT / "prelude/ks/kernels.cpp"), "-o", str(obj)],
+                   check=True)
     return subprocess.run(["arm-none-eabi-nm", "-S", "-C", str(obj)], capture_output=True, text=True,
                           check=True).stdout
 
@@ -168,8 +170,9 @@ def test_a_block_of_tiles_is_small_and_called_on_a_cortex_m4(tmp_path):
     GCC inlined the block of tiles into each product and convolution that uses it: 5.6 KB of a Cortex-M4's flash each
     at -O3 (benchmarks/README.md, Cortex-M4). With one lane the stores test 32-bit column numbers, and on an M-profile
     core the block is one out-of-line function (KS_BLOCK): compiled as the kernel layer is, 2.0-2.7 KB (3.9-4.1 KB
-    with the 64-bit tests), and one copy of each (GCC had cloned it per caller)."""
-    listing = _kernel_layer_symbols(tmp_path)
+    with the 64-bit tests), and one copy of each (GCC had cloned it per caller). (The convolutions' part: the products
+    have no tiles there.)"""
+    listing = _kernel_layer_symbols(tmp_path, "convs")
     blocks = [line.split(" ", 3) for line in listing.splitlines() if "tiles::block<float, " in line]
     names = [b[3] for b in blocks]
     assert len(blocks) == 4 and len(set(names)) == 4, names  # (true/false x panel_rows/table_rows, no clones)
@@ -182,8 +185,9 @@ def test_products_on_a_cortex_m4_are_dot_products(tmp_path):
     """Without a vector unit ks::packed_gemm and ks::tiled_gemm are dot products (ks::tiles::panel_dots, dot_rows), not
     register tiles: the 1 x 16 tile's block (2.4 KB at -O3), packed_gemm around it (1.6 KB) and tiled_gemm's packing
     and in_place (5.7 KB) were most of a small network's code on a Cortex-M4 (benchmarks/README.md, Cortex-M4).
-    Compiled as the kernel layer is at -O3: both entry points only forward, and all their code is under 2.4 KB."""
-    listing = _kernel_layer_symbols(tmp_path)
+    Compiled as the kernel layer's products are at -O3: both entry points only forward, and all their code is under
+    2.4 KB."""
+    listing = _kernel_layer_symbols(tmp_path, "products")
     sizes = {line.split(" ", 3)[3]: int(line.split(" ", 3)[1], 16) for line in listing.splitlines()
              if line.count(" ") >= 3 and "<float" in line}
     entries = {name: size for name, size in sizes.items() if "::packed_gemm<float>(" in name or

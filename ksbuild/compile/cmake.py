@@ -38,9 +38,9 @@ def _compile_step(line: str) -> str | None:
         return None
     target, source = found.groups()
     if source.endswith("ks/kernels.cpp"):
-        level = target.rpartition("_kernels_")[2]
-        what = "the integer kernels" if level.endswith("_int8") else "the kernel layer"
-        return f"{what} ({level.removesuffix('_int8').replace('_', '-')})"
+        level, _, part = target.rpartition("_kernels_")[2].rpartition("_")
+        what = {"products": "matrix products", "convs": "convolutions", "int8": "integer kernels"}.get(part, part)
+        return f"the kernel layer's {what} ({level.replace('_', '-')})"
     if re.search(r"_prelude_\w+$", target) and source.endswith(".h"):  # (CMakeLists.txt: P_precompiled_prelude)
         return f"the prelude header ({target.rpartition('_prelude_')[2].replace('_', '-')}, precompiled once)"
     level = re.search(r"_(x86_64(?:_v\d)?)$", target)

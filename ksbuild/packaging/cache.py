@@ -9,7 +9,7 @@ Layout under cache_root() ($KSBUILD_CACHE, default ~/.cache/ksbuild):
   <key>/build.log         the log of the build that made it (a failed build leaves build-XXXX.log)
   <key>/build-XXXX/       a build in progress; one a killed build left is removed by the next build of the
                           key or by `ksbuild cache clean` (both hold the key's lock)
-  kernels/<hash>/         the kernel layer's objects kernels_<level>.o (+ .ci call graphs), shared by every
+  kernels/<hash>/         the kernel layer's objects kernels_<level>_<part>.o (+ .ci call graphs), shared by every
                           package built with the same compiler and flags (package.py: kernel_cache)
   python/<P>/<key>/       the trees ksbuild.build() loads into Python
   logs/                   logs of failed wheel builds
@@ -325,15 +325,18 @@ def _entry_info(d: Path) -> dict:
 
 
 def _kernel_info(d: Path) -> dict:
-    """The instruction set levels a kernel object folder holds, whether their call graphs (.ci) are there, and the
-    levels of its precompiled prelude headers (prelude_<level>.h.gch: packages of loops alone make those too)."""
-    levels = sorted(f.name[len("kernels_"):-2] for f in d.glob("kernels_*.o"))
+    """The instruction set levels and parts (products, convs, int8) a kernel object folder holds, whether their call
+    graphs (.ci) are there, and the levels of its precompiled prelude headers (prelude_<level>.h.gch: packages of
+    loops alone make those too)."""
+    levels = sorted({f.name[len("kernels_"):-2].rpartition("_")[0] for f in d.glob("kernels_*.o")})
+    parts = sorted({f.name[:-2].rpartition("_")[2] for f in d.glob("kernels_*.o")})
     headers = sorted(f.name[len("prelude_"):-len(".h.gch")] for f in d.glob("prelude_*.h.gch"))
     try:  # what package.py wrote there: target, cpu, threads, compiler
         about = json.loads((d / "about.json").read_text())
     except (OSError, ValueError):
         about = {}
-    return {**about, "levels": levels, "call_graphs": any(d.glob("kernels_*.ci")), "prelude_headers": headers}
+    return {**about, "levels": levels, "parts": parts, "call_graphs": any(d.glob("kernels_*.ci")),
+            "prelude_headers": headers}
 
 
 # ---- ksbuild cache info ----------------------------------------------------------------------------------------
@@ -352,7 +355,7 @@ def info_text() -> str:
         lines += _table(["key", "package", "target", "backend", "size", "built", "used", "manifest"],
                         [_build_row(b) for b in bs])
     if ks:
-        lines += ["", "kernel layer objects and precompiled prelude headers (kernels/<hash>/kernels_<level>.o, "
+        lines += ["", "kernel layer objects and precompiled prelude headers (kernels/<hash>/kernels_<level>_<part>.o, "
                   "prelude_<level>.h.gch, shared by the packages built with the same compiler and flags):"]
         lines += _table(["folder", "target", "levels", "size", "used"], [_kernel_row(k) for k in ks])
     if ps:
@@ -373,7 +376,8 @@ def _build_row(b: Item) -> list[str]:
 
 
 def _kernel_row(k: Item) -> list[str]:
-    levels = " ".join(k.info["levels"]) or "(none yet)"
+    parts = f" ({', '.join(k.info['parts'])})" if k.info["parts"] else ""
+    levels = " ".join(k.info["levels"]) + parts or "(none yet)"
     headers = f" +prelude {' '.join(k.info['prelude_headers'])}" if k.info["prelude_headers"] else ""
     return [k.name, k.info.get("target", "?"), levels + (" +call graphs" if k.info["call_graphs"] else "") + headers,
             _size(k.size), _age(k.used)]

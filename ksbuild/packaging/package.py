@@ -293,10 +293,10 @@ def _compile(tmp: Path, m: Manifest, t: Target, log: Path, jobs, python_module, 
 @contextlib.contextmanager
 def one_compile_of_the_kernels(project: Path, kernels: Path, progress):
     """While the kernel object folder lacks an object `project` would take from it (its comment line "This project
-    takes": the float kernels, and the integer ones, of each level), hold a lock that builds needing them take in turn: two builds with one compiler and flags
-    started together (two pytest-xdist workers, two terminals) compile kernels.cpp once, the second taking the
-    first's object when it gets the lock, instead of side by side (34-44 s of CPU per object at -O3). With a
-    compiler launcher (ccache) the project saves no object there: no lock."""
+    takes": the parts it calls, of each level), hold a lock that builds needing them take in turn: two builds with one
+    compiler and flags started together (two pytest-xdist workers, two terminals) compile kernels.cpp once, the second
+    taking the first's object when it gets the lock, instead of side by side (4-20 s of CPU per part and level at
+    -O3). With a compiler launcher (ccache) the project saves no object there: no lock."""
     text = (project / "CMakeLists.txt").read_text() if (project / "CMakeLists.txt").is_file() else ""
     if "_kernel_layer level march)" not in text or os.environ.get("CMAKE_CXX_COMPILER_LAUNCHER"):
         yield
@@ -305,8 +305,8 @@ def one_compile_of_the_kernels(project: Path, kernels: Path, progress):
     if takes is None or all((kernels / name).is_file() for name in takes.group(1).split()):
         yield
         return
-    flavour = "_int8" if "_int8.o" in takes.group(1) else ""
-    lock = cache.kernels_lock(kernels).with_name(f"kernels-{kernels.name}-compile{flavour}.lock")
+    parts = sorted({name.rsplit("_", 1)[-1].removesuffix(".o") for name in takes.group(1).split()})
+    lock = cache.kernels_lock(kernels).with_name(f"kernels-{kernels.name}-compile-{'-'.join(parts)}.lock")
     with file_lock(lock, wait=False) as got:
         if got:
             yield

@@ -106,21 +106,21 @@ def target_record(t: Target) -> dict:
             "flags": list(t.flags), "link_flags": list(t.link_flags)}
 
 
-KERNEL_LAYER_CALL = re.compile(r"\bks::(tiled_gemm|packed_gemm|gemm|conv|conv_as|conv_rows|conv_winograd|"
-                               r"conv_depthwise|conv_dots|conv_pointwise|"
-                               r"winograd_kernel|max_pool|qconv|qconv_depthwise|qmatmul|qmatmul_folded|qlookup|qsoftmax|parts::\w+)<")
-"""A call of the kernel layer (ks/kernels.h) in generated code: the project then compiles src/ks/kernels.cpp."""
+KERNEL_PART_CALLS = {
+    "products": re.compile(r"\bks::(tiled_gemm|packed_gemm|gemm|parts::\w+)<"),
+    "convs": re.compile(r"\bks::(conv|conv_as|conv_rows|conv_winograd|conv_depthwise|conv_dots|conv_pointwise|"
+                        r"winograd_kernel|max_pool|parts::\w+)<"),
+    "int8": re.compile(r"\bks::(qconv|qconv_depthwise|qmatmul|qmatmul_folded|qlookup|qsoftmax)<|"
+                       r"\bks::(qpack_rows|qpack_columns)\b"),
+}
+"""The kernel layer's parts (ks/kernels.h, src/ks/kernels.cpp: one object each per level) and the calls in generated
+code that need each: a package of matrix products alone compiles the products' part only (a quarter of the layer's
+compile), a package of loops alone none. (ks::parts:: wrappers of `threads = N` builds call products and convs.)"""
 
 
-INTEGER_KERNEL_CALL = re.compile(r"\bks::(qconv|qconv_depthwise|qmatmul|qmatmul_folded|qlookup|qsoftmax|qpack_rows|"
-                                 r"qpack_columns)\b")
-"""A call of the kernel layer's integer kernels (ks/qconv.h): the project then compiles them too (KS_KERNELS_INT8;
-a package of float kernels only does not carry their code)."""
-
-
-def uses_kernel_layer(source: str) -> bool:
-    """Whether a generated source calls the kernel layer (a package of loops alone does not compile it)."""
-    return KERNEL_LAYER_CALL.search(source) is not None
+def kernel_parts(source: str) -> tuple[str, ...]:
+    """The parts of the kernel layer a generated source calls, in the order the project compiles them."""
+    return tuple(part for part, call in KERNEL_PART_CALLS.items() if call.search(source))
 
 
 def render_project(m: Manifest, exports: list[Export], out: Path, target: Target = TARGETS["host"]) -> None:
@@ -129,11 +129,12 @@ def render_project(m: Manifest, exports: list[Export], out: Path, target: Target
     deeply(_render_project, m, exports, out, target)
 
 
-def kernel_objects(variants: tuple[str, ...], cpu: str, int8: bool) -> list[str]:
+def kernel_objects(variants: tuple[str, ...], cpu: str, parts: tuple[str, ...]) -> list[str]:
     """The kernel layer objects a project takes from its kernel cache folder unless its CPU setting is changed:
-    kernels_<level>.o per level, named as the CMake function names them (MAKE_C_IDENTIFIER of the -march)."""
+    kernels_<level>_<part>.o per level and part, named as the CMake function names them (MAKE_C_IDENTIFIER of the
+    -march)."""
     levels = [v.replace("-", "_") for v in variants] or [re.sub(r"^(?=\d)", "_", re.sub(r"\W", "_", cpu)) or "baseline"]
-    return [f"kernels_{level}{part}.o" for level in levels for part in ("", "_int8")[:1 + int8]]
+    return [f"kernels_{level}_{part}.o" for level in levels for part in parts]
 
 
 def _render_project(m: Manifest, exports: list[Export], out: Path, target: Target) -> None:
@@ -157,9 +158,9 @@ def _render_project(m: Manifest, exports: list[Export], out: Path, target: Targe
                has_str=any(a.dtype == "str" for v in vs for a in v.args) or any(v.ret == "ks_str" for v in vs))
     t = _env("templates")
     source = t.get_template("source.cpp.j2").render(ctx)
-    ctx["kernels"] = uses_kernel_layer(source)
-    ctx["kernels_int8"] = INTEGER_KERNEL_CALL.search(source) is not None
-    ctx["kernel_objects"] = kernel_objects(variants, m.build.cpu, ctx["kernels_int8"]) if ctx["kernels"] else []
+    ctx["kernel_parts"] = kernel_parts(source)
+    ctx["kernels"] = bool(ctx["kernel_parts"])
+    ctx["kernel_objects"] = kernel_objects(variants, m.build.cpu, ctx["kernel_parts"])
     files = {
         f"include/{m.name}.h": t.get_template("header.h.j2").render(ctx),
         f"src/{m.name}.cpp": source,

@@ -3,8 +3,9 @@
 // ks::tiled_gemm, ks::packed_gemm, ks::conv (and ks::conv_as, one method of it), ks::conv_winograd,
 // ks::conv_depthwise, ks::winograd_kernel and ks::max_pool
 // (ks/gemm.h, ks/conv.h, ks/maxpool.h), and the integer ks::qconv, ks::qconv_depthwise and ks::qmatmul (ks/qconv.h) take every shape, stride and epilogue at run time. For float and double they are
-// compiled in one translation unit, src/ks/kernels.cpp, once per target and instruction set level (ksbuild
-// keeps the objects in its cache, shared by every package built with the same compiler and flags), and
+// compiled from one source, src/ks/kernels.cpp, once per target, instruction set level and part (products, convs,
+// int8: an object each, which a package compiles and links only if it calls them; ksbuild keeps the objects in its
+// cache, shared by every package built with the same compiler and flags), and
 // the generated code only calls them: the declarations below tell its compiler not to instantiate them.
 // Their namespace is ks::KS_KERNELS (one per instruction set level in a portable x86-64 build); a
 // library's relocatable link makes those symbols local to it, so two libraries never share them.
@@ -31,12 +32,16 @@ inline namespace KS_KERNELS KS_HIDDEN {
                                              const T*, T*, T*, const epilogue<T>&);
 
 // The kernels the layer compiles, for one element type T; PREFIX is `extern template` (here, for the
-// generated code) or `template` (src/ks/kernels.cpp, which instantiates them).
-#define KS_KERNEL_LAYER(PREFIX, T)                                                                               \
+// generated code) or `template` (src/ks/kernels.cpp, which instantiates them). Two parts, each an object of its own
+// (kernels_<level>_products.o, kernels_<level>_convs.o), so that a package of matrix products alone (an MLP, a
+// transformer, most derivative code) compiles a quarter of the layer: the products, and the convolutions with
+// pooling.
+#define KS_PRODUCTS_LAYER(PREFIX, T)                                                                             \
     PREFIX void tiled_gemm<T>(int64_t, int64_t, int64_t, matrix<const T>, matrix<const T>, matrix<T>, bool, T*,   \
                               const epilogue<T>&);                                                                \
     PREFIX void packed_gemm<T>(int64_t, int64_t, int64_t, matrix<const T>, panels<T>, matrix<T>, bool,            \
-                               const epilogue<T>&);                                                               \
+                               const epilogue<T>&);
+#define KS_CONVS_LAYER(PREFIX, T)                                                                                \
     PREFIX void conv<T>(const conv_shape&, int64_t, const T*, const T*, T*, T*, const epilogue<T>&);              \
     KS_CONV_METHOD(PREFIX, T, few)                                                                                \
     KS_CONV_METHOD(PREFIX, T, direct_packed)                                                                      \
@@ -55,6 +60,7 @@ inline namespace KS_KERNELS KS_HIDDEN {
     PREFIX void winograd_kernel<T>(int64_t, int64_t, const T*, T*);                                               \
     PREFIX void conv_pointwise<T>(const conv_shape&, int64_t, const T*, const T*, T*, T*, const epilogue<T>&);    \
     PREFIX void max_pool<T>(const pool_shape&, int64_t, const T*, T*, T*);
+#define KS_KERNEL_LAYER(PREFIX, T) KS_PRODUCTS_LAYER(PREFIX, T) KS_CONVS_LAYER(PREFIX, T)
 
 // ks::conv_dots (impl "dots"): the convolutions of a target without a vector unit, compiled for those alone.
 #if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M'

@@ -76,14 +76,23 @@ void check_gemm(int64_t m, int64_t n, int64_t k, int flags, uint64_t& state) {
         const T t = v + bias[j] * T(i % 3);
         return t < T(0) ? T(0) : t;
     };
-    for (int64_t i = 0; i < m; ++i) {
+    std::vector<double> bs(k * n), d(n);  // (B in double; each row of C's sums runs over p for all its j at once)
+    for (int64_t p = 0; p < k; ++p) {
         for (int64_t j = 0; j < n; ++j) {
-            double d = 0;
-            for (int64_t p = 0; p < k; ++p) {
-                d += double(ma.data[i * ma.rs + p * ma.cs]) * double(mb.data[p * mb.rs + j * mb.cs]);
+            bs[p * n + j] = double(mb.data[p * mb.rs + j * mb.cs]);
+        }
+    }
+    for (int64_t i = 0; i < m; ++i) {
+        std::fill(d.begin(), d.end(), 0.0);
+        for (int64_t p = 0; p < k; ++p) {
+            const double aip = double(ma.data[i * ma.rs + p * ma.cs]);
+            for (int64_t j = 0; j < n; ++j) {
+                d[j] += aip * bs[p * n + j];
             }
+        }
+        for (int64_t j = 0; j < n; ++j) {
             T& w = want[i * mc.rs + j * mc.cs];
-            const T v = acc ? T(w + d) : T(d);
+            const T v = acc ? T(w + d[j]) : T(d[j]);
             w = epi_on ? epi(i, j, v) : v;
         }
     }
@@ -154,29 +163,39 @@ struct loop_product {
     }
 };
 
-// The convolution written out: y[n, m, o] = Σ_{c, t} x[n, g·C/G + c, o·s + t·d - pad] w[m, c, t].
+// The convolution written out: y[n, m, o] = Σ_{c, t} x[n, g·C/G + c, o·s + t·d - pad] w[m, c, t]. Where each output
+// position's tap reads in the input plane (-1: in the padding) is worked out once per call; the sum runs over c, then t,
+// in double.
 template <class T>
 std::vector<T> conv_loops(const ks::conv_shape& s, int64_t images, const std::vector<T>& x, const std::vector<T>& w) {
-    const int64_t cg = s.channels / s.groups, mg = s.out_channels / s.groups;
+    const int64_t cg = s.channels / s.groups, mg = s.out_channels / s.groups, taps = s.taps();
+    std::vector<int64_t> reads(s.positions() * taps);
+    for (int64_t q = 0; q < s.positions(); ++q) {
+        const int64_t o[3] = {q / (s.out[1] * s.out[2]), q / s.out[2] % s.out[1], q % s.out[2]};
+        for (int64_t t = 0; t < taps; ++t) {
+            const int64_t tap[3] = {t / (s.kernel[1] * s.kernel[2]), t / s.kernel[2] % s.kernel[1], t % s.kernel[2]};
+            int64_t at = 0;
+            bool inside = true;
+            for (int a = 0; a < 3; ++a) {
+                const int64_t pos = o[a] * s.stride[a] + tap[a] * s.dilation[a] - s.pad[a];
+                inside = inside && pos >= 0 && pos < s.in[a];
+                at = at * s.in[a] + pos;
+            }
+            reads[q * taps + t] = inside ? at : -1;
+        }
+    }
     std::vector<T> y(images * s.out_channels * s.positions());
     for (int64_t i = 0; i < images; ++i) {
         for (int64_t m = 0; m < s.out_channels; ++m) {
             for (int64_t q = 0; q < s.positions(); ++q) {
-                const int64_t o[3] = {q / (s.out[1] * s.out[2]), q / s.out[2] % s.out[1], q % s.out[2]};
+                const int64_t* read = &reads[q * taps];
                 double acc = 0;
                 for (int64_t c = 0; c < cg; ++c) {
-                    for (int64_t t = 0; t < s.taps(); ++t) {
-                        const int64_t tap[3] = {t / (s.kernel[1] * s.kernel[2]), t / s.kernel[2] % s.kernel[1],
-                                                t % s.kernel[2]};
-                        int64_t at = (i * s.channels + m / mg * cg + c);
-                        bool inside = true;
-                        for (int a = 0; a < 3; ++a) {
-                            const int64_t pos = o[a] * s.stride[a] + tap[a] * s.dilation[a] - s.pad[a];
-                            inside = inside && pos >= 0 && pos < s.in[a];
-                            at = at * s.in[a] + pos;
-                        }
-                        if (inside) {
-                            acc += double(x[at]) * double(w[(m * cg + c) * s.taps() + t]);
+                    const T* plane = &x[(i * s.channels + m / mg * cg + c) * s.in_plane()];
+                    const T* kernel = &w[(m * cg + c) * taps];
+                    for (int64_t t = 0; t < taps; ++t) {
+                        if (read[t] >= 0) {
+                            acc += double(plane[read[t]]) * double(kernel[t]);
                         }
                     }
                 }

@@ -181,34 +181,38 @@ void test_conv(int64_t trial, bool depthwise, bool mobile = false, bool resnet =
         ks::qpack_rows(s.out_channels, s.depth(), s.groups, w.data(), packed.data());
         ks::qconv<TX, TY>(s, images, x.data(), packed.data(), y.data(), aligned, p.q);
     }
+    // (the written-out convolution: where each output position's tap reads in the input plane, -1 in the padding,
+    // worked out once)
+    const int64_t positions = s.out[0] * s.out[1] * s.out[2], taps = s.taps();
+    std::vector<int64_t> reads(static_cast<size_t>(positions * taps));
+    for (int64_t q = 0; q < positions; ++q) {
+        const int64_t od = q / (s.out[1] * s.out[2]), oh = q / s.out[2] % s.out[1], ow = q % s.out[2];
+        for (int64_t t = 0; t < taps; ++t) {
+            const int64_t kd = t / (s.kernel[1] * s.kernel[2]), kh = t / s.kernel[2] % s.kernel[1], kw = t % s.kernel[2];
+            const int64_t d = od * s.stride[0] - s.pad[0] + kd * s.dilation[0];
+            const int64_t h = oh * s.stride[1] - s.pad[1] + kh * s.dilation[1];
+            const int64_t v = ow * s.stride[2] - s.pad[2] + kw * s.dilation[2];
+            const bool inside = d >= 0 && d < s.in[0] && h >= 0 && h < s.in[1] && v >= 0 && v < s.in[2];
+            reads[static_cast<size_t>(q * taps + t)] = inside ? (d * s.in[1] + h) * s.in[2] + v : -1;
+        }
+    }
     std::vector<int32_t> want;
     for (int64_t n = 0; n < images; ++n) {
         for (int64_t o = 0; o < m; ++o) {
             const int64_t g = o / mg;
-            for (int64_t od = 0; od < s.out[0]; ++od) {
-                for (int64_t oh = 0; oh < s.out[1]; ++oh) {
-                    for (int64_t ow = 0; ow < s.out[2]; ++ow) {
-                        int64_t sum = p.q.bias ? p.q.bias[o] : 0;
-                        for (int64_t c = 0; c < cg; ++c) {
-                            for (int64_t t = 0; t < s.taps(); ++t) {
-                                const int64_t kd = t / (s.kernel[1] * s.kernel[2]), kh = t / s.kernel[2] % s.kernel[1],
-                                              kw = t % s.kernel[2];
-                                const int64_t d = od * s.stride[0] - s.pad[0] + kd * s.dilation[0];
-                                const int64_t h = oh * s.stride[1] - s.pad[1] + kh * s.dilation[1];
-                                const int64_t v = ow * s.stride[2] - s.pad[2] + kw * s.dilation[2];
-                                if (d < 0 || d >= s.in[0] || h < 0 || h >= s.in[1] || v < 0 || v >= s.in[2]) {
-                                    continue;
-                                }
-                                const int64_t xi = (n * s.channels + g * cg + c) * s.in_plane() +
-                                                   (d * s.in[1] + h) * s.in[2] + v;
-                                sum += (static_cast<int64_t>(x[static_cast<size_t>(xi)]) - p.q.x_zero) *
-                                       w[static_cast<size_t>((o * cg + c) * s.taps() + t)];
-                            }
+            for (int64_t q = 0; q < positions; ++q) {
+                const int64_t* read = &reads[static_cast<size_t>(q * taps)];
+                int64_t sum = p.q.bias ? p.q.bias[o] : 0;
+                for (int64_t c = 0; c < cg; ++c) {
+                    const TX* plane = &x[static_cast<size_t>((n * s.channels + g * cg + c) * s.in_plane())];
+                    const int8_t* kernel = &w[static_cast<size_t>((o * cg + c) * taps)];
+                    for (int64_t t = 0; t < taps; ++t) {
+                        if (read[t] >= 0) {
+                            sum += (static_cast<int64_t>(plane[read[t]]) - p.q.x_zero) * kernel[t];
                         }
-                        want.push_back(reference(sum, p.q.scale[p.q.scales == 1 ? 0 : o], p.q.y_zero, p.q.lo,
-                                                 p.q.hi));
                     }
                 }
+                want.push_back(reference(sum, p.q.scale[p.q.scales == 1 ? 0 : o], p.q.y_zero, p.q.lo, p.q.hi));
             }
         }
     }
