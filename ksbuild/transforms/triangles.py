@@ -15,7 +15,29 @@ is the same (the reference interpreter's values bit for bit). Both forms are kep
 order of the work: the row-by-row form is one serial chain of r dependent adds per row, each waiting for the last;
 column by column the N - c - 1 adds of a step are independent (d running sums, as ADBench's hand-written GMM updates
 Q(x - mu) column by column: benchmarks/loops/hand.cpp). Loop code ported from C has this shape (benchmarks/loops/
-kernels.py: the GMM's `for c in range(r)` over the triangle of Q_k).
+kernels.py: the GMM's `for c in range(r)` over the triangle of Q_k). What the inner body computes from c, the outer
+loop's consts and literals alone (x_c - mu_c, the start of column c in the packed triangle) is computed once per column.
+
+The gradient. vjp turns that triangle into a reverse loop over r whose body runs a reverse loop over c < r that only
+adds into arrays: `for r in reversed(range(N)): for c in reversed(range(r)): A[c] += a(r, c); B[i(r, c)] += b(r, c)`
+(A: d_x, d_mu, added to at c; B: d_icf, at a computed index), followed in the outer body by adds at r only
+(A[r] += ..., the diagonal). The inner loop's other inputs come from r, the consts, the stacked residuals x_r and
+carries the loop passes through unchanged (the cotangent d_row = 2 d_sqnorm row_r). Such a loop becomes
+
+    t[r] = (the inner loop's inputs computed from r) for every r         (a loop stacking them)
+    for c in reversed(range(N)): s = A[c]; for r in reversed(range(c + 1, N)): s += a(r, c); B[i(r, c)] += b(r, c)
+                                 A[c] = s
+    the outer loop without its inner loop (its adds at r on the arrays the columns made)
+
+Each A[c] gets a(N - 1, c), ..., a(c + 1, c) and then the outer body's add at r = c, in that order, as before, so d_x
+is the same to the last bit; the sum runs in a register where the rows form read and wrote A[c] in memory once per
+add, and the index of B moves by one per step (c's part computed once per column) where it was recomputed from the
+quadratic formula per add. Each B slot gets its adds in the same order when no two (r, c) of the triangle hit the
+same slot (GMM's packed triangle: one slot each; tests/test_triangles.py compares every gradient bitwise); if two did,
+their adds would come in another order (the same terms). No branch on N: at N = 2 the two forms cost the same
+(benchmarks/README.md "loops"). Not taken: a gradient that sums a row of cotangents in a local array and adds it
+after the inner loop (B[r] += row: the `sum(... for c in range(r))` form's d_L), and outer bodies that add into the
+arrays at other indices than r or read them.
 """
 from __future__ import annotations
 
