@@ -15,8 +15,7 @@ is the same (the reference interpreter's values bit for bit). Both forms are kep
 order of the work: the row-by-row form is one serial chain of r dependent adds per row, each waiting for the last;
 column by column the N - c - 1 adds of a step are independent (d running sums, as ADBench's hand-written GMM updates
 Q(x - mu) column by column: benchmarks/loops/hand.cpp). Loop code ported from C has this shape (benchmarks/loops/
-kernels.py: the GMM's `for c in range(r)` over the triangle of Q_k). What the inner body computes from c, the outer
-loop's consts and literals alone (x_c - mu_c, the start of column c in the packed triangle) is computed once per column.
+kernels.py: the GMM's `for c in range(r)` over the triangle of Q_k).
 
 The gradient. vjp turns that triangle into a reverse loop over r whose body runs a reverse loop over c < r that only
 adds into arrays: `for r in reversed(range(N)): for c in reversed(range(r)): A[c] += a(r, c); B[i(r, c)] += b(r, c)`
@@ -208,38 +207,24 @@ def _columns(b: Builder, outer: Eqn, inner: Eqn, n: Atom, consts: list, rows: At
     pre = _free_eqns(body, nc, iconsts)
     length = outer.params["length"]
     i64 = Type("i64")
-    # what g computes from c, the outer consts and literals alone (not r) is computed once per column
-    outer_consts = list(body.params[1:1 + nc])
-    sources = dict(zip(ibody.params[1:1 + inc], iconsts))
-    hoisted, moved = _per_column(ibody, [add], {ibody.params[0]} | {
-        prm for prm, a in sources.items() if not isinstance(a, Var) or a in outer_consts})
-    nm = len(moved)
 
-    def row_step(bb: Builder, ps):  # (j, c, N, consts..., per-column values..., rows): r = c + 1 + j
-        j, c, _, *rest = ps
-        cs, mv, rws = rest[:len(consts)], rest[len(consts):len(consts) + nm], rest[-1]
+    def row_step(bb: Builder, ps):  # (j, c, N, consts..., rows): r = c + 1 + j
+        j, c, _, *cs, rws = ps
         rr = bb.add(bb.add(c, Lit(1, i64)), j)
         bb.name(rr, body.params[0].hint)  # (the row: the outer loop's counter)
         env = dict(zip(body.params[:1 + nc], [rr, *cs]))
         _replay(bb, pre, env)
         ienv = dict(zip(ibody.params[:1 + inc], [c, *[env.get(a, a) if isinstance(a, Var) else a for a in iconsts]]))
-        ienv.update(zip(moved, mv))
-        _replay(bb, [x for x in ibody.eqns if x is not add and x not in hoisted], ienv)
+        _replay(bb, [x for x in ibody.eqns if x is not add], ienv)
         term = ienv.get(g, g) if isinstance(g, Var) else g
         return [bb.index_add(rws, rr, term, axis=0)]
 
     def column(bb: Builder, ps):  # (c, N, consts..., rows)
         c, nn, *cs, rws = ps
         trip = bb.sub(bb.sub(nn, c), Lit(1, i64))
-        env = dict(zip(outer_consts, cs))
-        ienv = {ibody.params[0]: c}
-        ienv.update((prm, env.get(a, a) if isinstance(a, Var) else a) for prm, a in sources.items()
-                    if not isinstance(a, Var) or a in outer_consts)
-        _replay(bb, hoisted, ienv)
-        mv = [ienv[a] for a in moved]
-        f = wrap("column", [i64, i64, i64] + [a.type for a in [*cs, *mv, rws]], row_step, hints=("below",))
-        params = dict(body=f, n_consts=2 + len(cs) + nm, n_carry=1, length=length, reverse=False)
-        return [bb.bind(PRIMS_LOOP, [trip, c, nn, *cs, *mv, rws], params)[0]]
+        f = wrap("column", [i64, i64, i64] + [a.type for a in cs] + [rws.type], row_step, hints=("below",))
+        params = dict(body=f, n_consts=2 + len(cs), n_carry=1, length=length, reverse=False)
+        return [bb.bind(PRIMS_LOOP, [trip, c, nn, *cs, rws], params)[0]]
 
     f = wrap("columns", [i64, i64] + [a.type for a in consts] + [rows.type], column,
              hints=(ibody.params[0].hint or "c",))

@@ -2097,11 +2097,10 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
                 // gmm.py:87 (continued)
                 for (int64_t c = 0; c < d; ++c) {
                     const int64_t sub_d_sub_c = ((d - c) - int64_t{1});
-                    const int64_t add_d = (d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2}));
-                    const double x_sub_means = (x[i * d + c] - means[k * d + c]);
                     for (int64_t below = 0; below < sub_d_sub_c; ++below) {
                         const int64_t r = ((c + int64_t{1}) + below);
-                        const int64_t icf_at = (((add_d + r) - c) - int64_t{1});
+                        const int64_t icf_at = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
+                        const double x_sub_means = (x[i * d + c] - means[k * d + c]);
                         const double mul_icf = (icf[k * T + ks::clamp_index_nonneg(icf_at, T)] * x_sub_means);
                         r1[r] += mul_icf;
                     }
@@ -2306,11 +2305,10 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                 // gmm.py:87 (continued)
                 for (int64_t c = 0; c < d; ++c) {
                     const int64_t sub_d_sub_c = ((d - c) - int64_t{1});
-                    const int64_t add_d = (d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2}));
-                    const double x_sub_means = (x[i * d + c] - means[k * d + c]);
                     for (int64_t below = 0; below < sub_d_sub_c; ++below) {
                         const int64_t r = ((c + int64_t{1}) + below);
-                        const int64_t icf_at = (((add_d + r) - c) - int64_t{1});
+                        const int64_t icf_at = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
+                        const double x_sub_means = (x[i * d + c] - means[k * d + c]);
                         const double mul_icf = (icf[k * T + ks::clamp_index_nonneg(icf_at, T)] * x_sub_means);
                         r2[r] += mul_icf;
                     }
