@@ -93,3 +93,46 @@ def test_a_row_from_the_carry_stays_row_by_row(ir):
     f = lower(ir("carried"), after="hoist")
     g = triangles(f)
     assert len(list(_loops(g))) == len(list(_loops(f))) and not [e for e in g.eqns if e.prim.name == "cond"]
+
+
+def _row_by_row_transposes(f):
+    """The reverse loops whose body runs a reverse loop over c < r (count r or max(r, 0)): a gradient's triangle
+    row by row."""
+    for e in _loops(f):
+        if not e.params["reverse"]:
+            continue
+        body = e.params["body"]
+        made = {v: x for x in body.eqns for v in x.outs}
+        if any(x.prim.name == "loop" and x.params["reverse"] and triangles_module._counts_r(x.ins[0], body.params[0],
+                                                                                               made)
+               for x in body.eqns):
+            yield e
+
+
+def test_the_gradients_transposed_triangle_gives_the_same_bits(ir):
+    """grad of the loop-style triangle: its reverse loop (`for c in reversed(range(r))`: d_x[c] += ..., d_m[c] +=
+    ..., d_icf[i(r, c)] += ...) runs column by column after the pass, with every gradient equal to the last bit
+    (the adds into each d_x[c] in the same order, summed in a register; each d_icf slot gets one add) at sizes
+    with no triangle, one element, odd ones and 20; no branch on the size (the columns cost nothing at 2 rows).
+    (generator's gradient adds a row of d_L after its inner loop, a form the pass does not take.)"""
+    from ksbuild.transforms.vjp import grad_func
+    name = "loop_style"
+    before = lower(grad_func(ir(name)), after="hoist")
+    after = triangles(before)
+    assert len(list(_row_by_row_transposes(before))) == 1 and not list(_row_by_row_transposes(after))
+    rng = np.random.default_rng(11)
+    for d in (0, 1, 2, 3, 7, 9, 20):
+        args = _args(name, d, rng)
+        want, got = eval_func(before, args), eval_func(after, args)
+        assert len(want) == len(got) == len(args)
+        for w, g in zip(want, got):
+            assert np.asarray(g).tobytes() == np.asarray(w).tobytes(), (d, g, w)
+
+
+def test_a_gradient_whose_rows_read_the_carry_stays_row_by_row(ir):
+    """The transpose of a row that starts from the carry: its inner loop's cotangent comes from a carry that
+    changes every row, so the reverse loop is left as it is."""
+    from ksbuild.ir.printer import print_func
+    from ksbuild.transforms.vjp import grad_func
+    f = lower(grad_func(ir("carried")), after="hoist")
+    assert list(_row_by_row_transposes(f)) and print_func(triangles(f)) == print_func(f)

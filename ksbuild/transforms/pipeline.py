@@ -74,7 +74,7 @@ PASSES = [
          "costly values every iteration of a loop recomputes are computed before it (then simplify again)"),
     Pass("triangles", lambda f, o: simplify(triangles(f)),
          "a triangular sum computed row by row (for r: for c in range(r): row += ...) is running sums updated "
-         "column by column"),
+         "column by column; its gradient's reverse loop (adds into d_x[c] for c < r) runs column by column too"),
     Pass("join", lambda f, o: join(f), "a concatenation (pieces padded with zeros and added) copies each piece once"),
     Pass("float_products", lambda f, o: float_products(f) if o.vectors else f,
          "an integer product whose int32 sums are converted to float and scaled gives float results itself"),

@@ -2270,6 +2270,8 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     double* const tmp1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
     double* const r3 = reinterpret_cast<double*>(next_slot);
+    next_slot += ks::aligned_bytes<double>(d);
+    double* const index_add_mul_d_sum = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
     (void)next_slot;
     double* const exp_sub_alphas = scores;  // reuses a dead buffer's space
@@ -2464,52 +2466,61 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
         for (int64_t k = K - 1; k >= 0; --k) {
             const double mul_d_scores = (d_scores[k] * (-1.0));
             const double d_sum = (mul_d_scores * 0.5);
-            // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
-            double* const r4 = r2;  // reuses a dead buffer's space
-            double d_sum1;
-            for (int64_t j = 0; j < T; ++j) {
+            // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
+            double* const d_sum1 = r2;  // reuses a dead buffer's space
+            for (int64_t r = 0; r < d; ++r) {
+                const double t4 = (2.0 * r1[i * (K * d) + k * d + r]);
+                const double d_sum2 = (d_sum * t4);
+                d_sum1[r] = d_sum2;
+            }
+            // gmm.py:87 (continued)
+            for (int64_t j = 0; j < d; ++j) {
                 r3[j] = 0.0;
             }
-            // gmm.py:85 (continued)
-            for (int64_t j = 0; j < d; ++j) {
-                r4[j] = 0.0;
+            // gmm.py:87 (continued) (continued)
+            for (int64_t j = 0; j < T; ++j) {
+                index_add_mul_d_sum[j] = 0.0;
             }
-            d_sum1 = d_sum;
-            // gmm.py:85 (continued)
+            // gmm.py:87 (continued) (continued)
+            for (int64_t c = d - 1; c >= 0; --c) {
+                const int64_t sub_d_sub_c = ((d - c) - int64_t{1});
+                const int64_t add_d = (d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2}));
+                const double x_sub_means = (x[i * d + c] - means[k * d + c]);
+                double r4;
+                r4 = r3[c];
+                for (int64_t below = sub_d_sub_c - 1; below >= 0; --below) {
+                    const int64_t r = ((c + int64_t{1}) + below);
+                    const int64_t icf_at = (((add_d + r) - c) - int64_t{1});
+                    const double d_sum_mul_icf = (d_sum1[r] * icf[k * T + ks::clamp_index_nonneg(icf_at, T)]);
+                    const double mul_d_sum = (d_sum1[r] * x_sub_means);
+                    r4 = (r4 + (d_sum_mul_icf * (-1.0)));
+                    index_add_mul_d_sum[ks::clamp_index_nonneg(icf_at, T)] += mul_d_sum;
+                }
+                r3[c] = r4;
+            }
+            // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
+            double d_sum2;
+            d_sum2 = d_sum;
             for (int64_t r = d - 1; r >= 0; --r) {
                 const double x_sub_means = (x[i * d + r] - means[k * d + r]);
-                const int64_t max_r = ks::max(r, int64_t{0});
                 const double t4 = (2.0 * r1[i * (K * d) + k * d + r]);
-                const double d_sum2 = (d_sum1 * t4);
-                // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
-                double d_sum3;
-                d_sum3 = d_sum2;
-                for (int64_t c = max_r - 1; c >= 0; --c) {
-                    KS_SCALAR_LOOP();
-                    const int64_t icf_at = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
-                    const double x_sub_means1 = (x[i * d + c] - means[k * d + c]);
-                    const double d_sum_mul_icf = (d_sum3 * icf[k * T + ks::clamp_index_nonneg(icf_at, T)]);
-                    const double mul_d_sum = (d_sum3 * x_sub_means1);
-                    const double mul_d_sum_mul_icf = (d_sum_mul_icf * (-1.0));
-                    r4[c] += mul_d_sum_mul_icf;
-                    r3[ks::clamp_index_nonneg(icf_at, T)] += mul_d_sum;
-                }
-                const double mul_d_sum = (d_sum2 * exp_icf[k * d + r]);
+                const double d_sum3 = (d_sum2 * t4);
+                const double mul_d_sum = (d_sum3 * exp_icf[k * d + r]);
                 const double t5 = (mul_d_sum * (-1.0));
-                r4[r] += t5;
-                const double mulz_mul_d_sum = ks::mulz((d_sum2 * x_sub_means), exp_icf[k * d + r]);
-                r3[r] += mulz_mul_d_sum;
+                r3[r] += t5;
+                const double mulz_mul_d_sum = ks::mulz((d_sum3 * x_sub_means), exp_icf[k * d + r]);
+                index_add_mul_d_sum[r] += mulz_mul_d_sum;
             }
             // gmm.py:86: (torch.exp(icf[k, r]) * (x[i, r] - means[k, r])
             for (int64_t j = 0; j < d; ++j) {
-                out_d_means[k * d + j] += r4[j];
+                out_d_means[k * d + j] += r3[j];
             }
             // gmm.py:86 (continued)
             for (int64_t j = 0; j < T; ++j) {
-                out_d_icf[k * T + j] += r3[j];
+                out_d_icf[k * T + j] += index_add_mul_d_sum[j];
             }
             // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
-            double* const pad_d_scores = r3;  // reuses a dead buffer's space
+            double* const pad_d_scores = index_add_mul_d_sum;  // reuses a dead buffer's space
             for (int64_t j = 0; j < (T - d); ++j) {
                 pad_d_scores[d + j] = 0.0;
             }
@@ -2528,7 +2539,7 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
 }
 
 size_t gmm_gmm_tri_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    return ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(T);
+    return ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(K * d) + ks::aligned_bytes<double>(K * (T - d)) + ks::aligned_bytes<double>(d) + ks::aligned_bytes<double>(T);
 }
 
 
