@@ -134,6 +134,12 @@ def row_extrema(x: "float[n, k]") -> "float[n]":
     return torch.amax(y, dim=1) * 10.0 + torch.amin(y, dim=1)
 
 
+def row_extrema_nan(x: "float[n, k]") -> "float[n]":
+    y = x * 2.0
+    top, bottom = torch.amax(y, dim=1), torch.amin(y, dim=1)
+    return torch.where(torch.isnan(top), 1.0, 0.0) + torch.where(torch.isnan(bottom), 2.0, 0.0)
+
+
 def row_extrema_40(x: "float[n, 40]") -> "float[n]":
     return torch.amax(x, dim=1) * 10.0 + torch.amin(x, dim=1)
 
@@ -141,7 +147,7 @@ def row_extrema_40(x: "float[n, 40]") -> "float[n]":
 def whole_max(x: "float[n]") -> float:
     return torch.max(x)
 '''
-EXTREMA = ("row_extrema", "row_extrema_40", "whole_max")
+EXTREMA = ("row_extrema", "row_extrema_nan", "row_extrema_40", "whole_max")
 
 
 @pytest.fixture(scope="module")
@@ -210,7 +216,8 @@ def signed_zeros_nans_infs(rng, shape) -> np.ndarray:
 def test_compiled_max_min_rows_match_numpy(compiled, k):
     """Plain max and min reductions (amax, amin, max): rows of 32 or more are two vectorized reductions each, the
     numbers' extremum and whether there is a NaN (codegen/fusion.py, VECTOR_ROW), shorter ones the running max or
-    min; a run-time row length chooses between them, a literal one (40) has the vector loop only. Both give
+    min (a max and a min of one operand in one loop, with one NaN flag: DynamicQuantizeLinear's range); a run-time
+    row length chooses between them, a literal one (40) has the vector loop only. Both give
     numpy's values at odd sizes, NaN (anywhere in a row: NaN), infinities, and ties of -0.0 and +0.0 (either zero:
     assert_array_equal takes -0.0 == 0.0), and on rows that are all -0.0, all -inf or all NaN."""
     rng = np.random.default_rng(k)
@@ -219,6 +226,8 @@ def test_compiled_max_min_rows_match_numpy(compiled, k):
     y = x * 2.0
     with np.errstate(invalid="ignore"):
         np.testing.assert_array_equal(compiled.row_extrema(x), y.max(1) * 10.0 + y.min(1))
+        # (a max and a min of one operand share its NaN flag: each is NaN on its own where the row has one)
+        np.testing.assert_array_equal(compiled.row_extrema_nan(x), 3.0 * np.isnan(x).any(1))
         np.testing.assert_array_equal(compiled.whole_max(x[3:].ravel()), x[3:].max())
         clean = np.where(np.isnan(x[3:]), 1.0, x[3:]).ravel()
         np.testing.assert_array_equal(compiled.whole_max(clean), clean.max())

@@ -43,7 +43,9 @@ def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
               and (k in best or e.prim.reduction in ("max", "min"))]  # (an arg one's extremum, a plain max or min)
     row = numel(shape[len(shape) - n_red:])
     long_rows = bool(floats) and (not isinstance(row, int) or row >= VECTOR_ROW)
-    nans = {k: _nan_flag(w) for k in floats} if long_rows else {}
+    flags: dict = {}  # (one NaN flag per operand: a max and a min of one tensor, DynamicQuantizeLinear's, share it)
+    nans = {k: flags.get(reductions[k].ins[0]) or flags.setdefault(reductions[k].ins[0], _nan_flag(w))
+            for k in floats} if long_rows else {}
     sweep = (w, body, inner_eqns, reductions, accs, best, twins, stores, outer, shape, n_red)
     arg = {k: (accs[k], b) for k, b in best.items()}
     if long_rows and not isinstance(row, int):  # (rows of a run-time length: the loops for either length)
@@ -91,8 +93,9 @@ def _first_sweep(w: Writer, body, inner_eqns, reductions, accs, best, twins, sto
     updated = [parts.get(a, a) for a in accs]
     clauses = [f"reduction(+:{', '.join(parts.get(a, a) for a in sums)})"] if sums else []
     extremum = {k: best.get(k, updated[k]) for k in nans}  # (an arg reduction's extremum, a plain one's accumulator)
-    clauses += [f"reduction({reductions[k].prim.reduction.removeprefix('arg')}:{extremum[k]}) reduction(|:{flag})"
-                for k, flag in nans.items()]
+    firsts = {flag: k for k, flag in reversed(nans.items())}  # (a flag shared by two reductions: updated once)
+    clauses += [f"reduction({reductions[k].prim.reduction.removeprefix('arg')}:{extremum[k]})" +
+                (f" reduction(|:{flag})" if firsts[flag] == k else "") for k, flag in nans.items()]
     if parts:  # the last axis in blocks: the float sums add up per block, then block by block
         inner = [w.namer.index(w.depth + 1)]
         w.line(simd_pragma(" ".join(clauses)))
@@ -108,7 +111,8 @@ def _first_sweep(w: Writer, body, inner_eqns, reductions, accs, best, twins, sto
         if k in nans:  # (the extremum of the numbers and whether there is a NaN: two reductions that vectorize)
             x, op = w.scalar(e.ins[0]), "<" if e.prim.reduction.endswith("min") else ">"
             w.line(f"{extremum[k]} = {x} {op} {extremum[k]} ? {x} : {extremum[k]};")
-            w.line(f"{nans[k]} |= {x} != {x};")
+            if firsts[nans[k]] == k:
+                w.line(f"{nans[k]} |= {x} != {x};")
         elif k in best:  # (its extremum first, as a max or min reduction's; the position in the sweep below)
             w.line(REDUCE_UPDATE[e.prim.reduction[3:]].format(a=best[k], x=w.scalar(e.ins[0])))
         elif k not in twins:

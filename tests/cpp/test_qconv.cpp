@@ -223,19 +223,20 @@ void test_conv(int64_t trial, bool depthwise, bool mobile = false, bool resnet =
 // sums Σ (a - x_zero)·b plus the bias, row by row, to compare y with.
 template <class TX, class TY>
 std::vector<int64_t> run_matmul(const params& p, int64_t rows, int64_t depth, int64_t n, std::vector<TY>& y) {
-    const auto a = random_bytes<TX>(rows * depth);
+    const int64_t lda = depth + (draw(2) == 0 ? draw(9) : 0);  // (rows apart by more than depth: a view's)
+    const auto a = random_bytes<TX>(rows * lda);
     const auto b = random_bytes<int8_t>(depth * n);
     std::vector<uint64_t> scratch(static_cast<size_t>(ks::qmatmul_scratch(depth, n) / 8 + 8));
     uint8_t* aligned = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
     std::vector<uint8_t> packed(static_cast<size_t>(ks::qmatmul_packed_size(depth, n)));
     ks::qpack_columns(depth, n, b.data(), packed.data());
-    ks::qmatmul<TX, TY>(rows, depth, n, a.data(), depth, packed.data(), y.data(), aligned, p.q);
+    ks::qmatmul<TX, TY>(rows, depth, n, a.data(), lda, packed.data(), y.data(), aligned, p.q);
     std::vector<int64_t> sums;
     for (int64_t i = 0; i < rows; ++i) {
         for (int64_t j = 0; j < n; ++j) {
             int64_t sum = p.q.bias ? p.q.bias[j] : 0;
             for (int64_t k = 0; k < depth; ++k) {
-                sum += (static_cast<int64_t>(a[static_cast<size_t>(i * depth + k)]) - p.q.x_zero) *
+                sum += (static_cast<int64_t>(a[static_cast<size_t>(i * lda + k)]) - p.q.x_zero) *
                        b[static_cast<size_t>(k * n + j)];
             }
             sums.push_back(sum);

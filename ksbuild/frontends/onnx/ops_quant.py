@@ -73,8 +73,8 @@ def dynamic_quantize(b, x):
     """(x as uint8, its scale, its zero point as uint8) by ONNX DynamicQuantizeLinear's definition: the range of x
     and 0 over 255 steps, the zero point and the values rounded half to even."""
     zero = Lit(0.0, Type(x.type.dtype))
-    hi = b.max(red.amax(b, x), zero)
-    lo = b.min(red.amin(b, x), zero)
+    top, bottom = red.amax(b, x), red.amin(b, x)  # (both before any scalar: fuse makes them one pass over x)
+    hi, lo = b.max(top, zero), b.min(bottom, zero)
     scale = b.div(b.sub(hi, lo), Lit(255.0, Type(x.type.dtype)))
     zp_f = b.max(b.min(round_half_even(b, b.div(b.neg(lo), scale)), Lit(255.0, Type(x.type.dtype))), zero)
     return q.quantize_int(b, x, scale, zp_f, "u8", "u8"), scale, b.convert(zp_f, dtype="u8")
