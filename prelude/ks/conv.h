@@ -727,17 +727,19 @@ KS_OWN_FRAME void conv_block(int64_t m, int64_t kc, const tiles::row_tiles<T>& a
 
 // Whether direct_group runs row tile by row tile over long runs of an output row (long_group): a kernel of few rows
 // (depth at most long_depth: a pointwise layer from 16 or 24 channels, MobileNetV2's 16 → 96 at 112 × 112), output
-// rows of 16 panels or more, more than one row tile and a group's output larger than 1 MB (half of a core's L2), on
-// AVX-512 (measured there). Block by block of 4 panels, each block's tiles store to every output channel's plane, 96
-// streams of 128 bytes at a time for 16 → 96 at 112², and those stores (4.8 MB) missed: 1.4-2× the time of the same
-// tiles row tile by row tile over 2048 positions. With an output that stays in L2 (16 → 72 at 56², 0.9 MB) or deeper
-// kernels (32 → 192 at 56², 64 → 384 at 28²), the blocks were as fast or faster (their im2col rows in L1).
+// rows of 16 panels or more, more than one row tile and a group's output larger than 1 MB (half of a core's L2), in
+// float on AVX-512 (measured there; its code, ~2.5 KB, on that level alone). Block by block of 4 panels, each block's
+// tiles store to every output channel's plane, 96 streams of 128 bytes at a time for 16 → 96 at 112², and those
+// stores (4.8 MB) missed: 1.4-2.5× the time of the same tiles row tile by row tile over 2048 positions. With an
+// output that stays in L2 (16 → 72 at 56², 0.9 MB) or deeper kernels (32 → 192 at 56², 64 → 384 at 28²), the blocks
+// were as fast or faster (their im2col rows in L1).
 constexpr int64_t long_depth = 24;
 
 template <class T>
 constexpr bool long_rows(const conv_shape& s, int64_t mg) {
-    return tiles::vector_bytes == 64 && s.depth() <= long_depth && s.out[2] >= 16 * panel_width<T> &&
-           mg > tiles::row_block && mg * s.positions() * int64_t(sizeof(T)) > (int64_t(1) << 20);
+    return tiles::vector_bytes == 64 && sizeof(T) == 4 && s.depth() <= long_depth &&
+           s.out[2] >= 16 * panel_width<T> && mg > tiles::row_block &&
+           mg * s.positions() * int64_t(sizeof(T)) > (int64_t(1) << 20);
 }
 
 // direct_group for long_rows: per output row, runs of up to `span` positions (whose im2col rows take at most 128 KB,
