@@ -725,6 +725,52 @@ KS_OWN_FRAME void conv_block(int64_t m, int64_t kc, const tiles::row_tiles<T>& a
     tiles::block<T, PACKED>(m, kc, a, b, panels, c, c_rs, cols, load_c, last, j, epi);
 }
 
+// Whether direct_group runs row tile by row tile over long runs of an output row (long_group): a kernel of few rows
+// (depth at most long_depth: a pointwise layer from 16 or 24 channels, MobileNetV2's 16 → 96 at 112 × 112), output
+// rows of 16 panels or more, more than one row tile and a group's output larger than 1 MB (half of a core's L2), in
+// float on AVX-512 (measured there; its code, ~2.5 KB, on that level alone). Block by block of 4 panels, each block's
+// tiles store to every output channel's plane, 96 streams of 128 bytes at a time for 16 → 96 at 112², and those
+// stores (4.8 MB) missed: 1.4-2.5× the time of the same tiles row tile by row tile over 2048 positions. With an
+// output that stays in L2 (16 → 72 at 56², 0.9 MB) or deeper kernels (32 → 192 at 56², 64 → 384 at 28²), the blocks
+// were as fast or faster (their im2col rows in L1).
+constexpr int64_t long_depth = 24;
+
+template <class T>
+constexpr bool long_rows(const conv_shape& s, int64_t mg) {
+    return tiles::vector_bytes == 64 && sizeof(T) == 4 && s.depth() <= long_depth &&
+           s.out[2] >= 16 * panel_width<T> && mg > tiles::row_block &&
+           mg * s.positions() * int64_t(sizeof(T)) > (int64_t(1) << 20);
+}
+
+// direct_group for long_rows: per output row, runs of up to `span` positions (whose im2col rows take at most 128 KB,
+// so that they stay in L2 while every row tile reads them), and per run the row tiles one after another, each over
+// all its panels, so that a tile's stores go to row_block planes at a time, front to back. The same tiles, the same
+// sums in the same order: the results are direct_group's bit for bit.
+template <class T, bool PACKED>
+__attribute__((noinline)) void long_group(const conv_shape& s, const T* x, const T* kernel, const int32_t* offsets,
+                                          T* y, const epilogue<T>& epi) {
+    constexpr conv_dim P = panel_width<T>, R = tiles::row_block;
+    const conv_dim mg = conv_dim(tiles::index_div(s.out_channels, s.groups)), depth = s.depth();
+    const conv_dim n = s.positions(), row_step = s.stride[1] * s.in[2];
+    const conv_dim most = conv_dim(tiles::index_div(32768, depth)) / P * P;  // (128 KB of floats)
+    const conv_dim span = most < P ? P : most;
+    for (conv_dim od = 0; od < s.out[0]; ++od) {
+        const T* plane = x + od * s.stride[0] * s.in[1] * s.in[2];
+        for (conv_dim oh = 0; oh < s.out[1]; ++oh) {
+            for (conv_dim ow = 0; ow < s.out[2]; ow += span) {
+                const conv_dim cols = s.out[2] - ow < span ? s.out[2] - ow : span;
+                const conv_dim q = (od * s.out[1] + oh) * s.out[2] + ow;
+                const tiles::table_rows<T> b{plane + oh * row_step + ow, offsets, P, static_cast<int>(P)};
+                for (conv_dim r0 = 0; r0 < mg; r0 += R) {
+                    const tiles::row_tiles<T> a = kernel_rows<T, PACKED>(kernel + r0 * depth, depth, 0);
+                    conv_block<T, PACKED>(mg - r0 < R ? mg - r0 : R, depth, a, b, static_cast<int>((cols + P - 1) / P),
+                                          y + r0 * n + q, n, cols, false, true, q, epi.group(0, r0));
+                }
+            }
+        }
+    }
+}
+
 // One group of one image, the windows read straight from the (padded) image x through the rows' offsets: per
 // output plane, `items` blocks of positions, each position_block output rows of at most one panel (a panel per
 // row), or up to position_block panels of one output row. (One call of tiles::block, inlined once: two calls had
@@ -738,6 +784,9 @@ __attribute__((noinline)) void direct_group(const conv_shape& s, const T* x, con
     const bool narrow = s.out[2] <= P;  // rows of at most one panel
     const int64_t per_row = narrow ? 1 : tiles::index_div(s.out[2] + block - 1, block);
     const int64_t items = narrow ? (s.out[1] + position_block - 1) / position_block : s.out[1] * per_row;
+    if (long_rows<T>(s, mg)) {
+        return long_group<T, PACKED>(s, x, kernel, offsets, y, epi);
+    }
     for (int64_t k0 = 0; k0 < depth; k0 += step) {
         const int64_t kc = depth - k0 < step ? depth - k0 : step;
         const tiles::row_tiles<T> a = kernel_rows<T, PACKED>(kernel, depth, k0);

@@ -387,6 +387,27 @@ void streamed_panels(uint64_t& state) {
     }
 }
 
+// Kernels of few rows over long output rows and a group's output over 1 MB (ks/conv.h: convs::long_rows, on AVX-512
+// row tile by row tile over runs of up to 2048 positions, long_group): a pointwise layer from 16 channels over 90 × 90
+// (one row of 8100 positions as ks::conv runs it: four runs, the last panel partial; 44 output channels: a row tile
+// of 4 after five whole ones), a 3 × 3 layer from 2 channels (depth 18, rows of 400, padded), two images; and two
+// groups of 16 → 24 pointwise at 120 × 120, with and without an epilogue (the lambda's channel and position checked).
+template <class T>
+void long_row_convs(uint64_t& state) {
+    const ks::conv_shape cases[] = {
+        {16, 44, 1, {1, 90, 90}, {1, 90, 90}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}},
+        {2, 24, 1, {1, 40, 400}, {1, 40, 400}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}},
+        {32, 48, 2, {1, 120, 120}, {1, 120, 120}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}},
+    };
+    int k = 0;
+    for (const ks::conv_shape& s : cases) {
+        for (int e = 0; e < 2; ++e) {  // (one image and two; the epilogue on either, case by case)
+            check_conv<T>(s, 1 + e, ((k + e) & 1) != 0, 0, state);
+        }
+        ++k;
+    }
+}
+
 // Strided 2-d convolutions whose rows hold four panels or more: ks::conv's `phases` methods (ks/conv.h: the image
 // split into stride phases, read by the direct path's tiles), which must be the method these shapes get: a 7 × 7
 // stride-2 stem of 3 channels, 3 × 3 stride-2 layers, strides 3 and (1, 2), odd sides, padding on one side or none,
@@ -786,6 +807,7 @@ int main(int argc, char** argv) {
     chunked_convs<float>(state);
     chunked_convs<double>(state);
     streamed_panels<float>(state);
+    long_row_convs<float>(state);
     phased_convs<float>(state);
     phased_convs<double>(state);
     flat_convs<float>(state);
