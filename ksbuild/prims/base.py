@@ -8,11 +8,15 @@ name (`b.lt(x, y)` is `b.compare(x, y, op="lt")`) and the IR text prints and rea
 Rule signatures (b is a Builder, atoms are Var/Lit, a tangent or cotangent of None is zero):
 - type_rule(in_types, **params) -> tuple[Type]
 - eval(*arrays, env=dims, **params) -> tuple[np.ndarray]
-- jvp(b, primals, tangents, **params) -> (outs, out_tangents)
+- jvp(b, primals, tangents, **params) -> (outs, out_tangents)   None: the jvp pass never calls it (the prim takes
+  no operands, or no result of it is ever a float, which carries no tangent; transforms/jvp.py binds such an
+  equation as it is), or the prim cannot be differentiated (`opt_outs` says why: `rule` raises that)
 - transpose(b, cts_out, ins, linear, **params) -> cts_in      (linear prims only); with
   `accumulates`, transpose(..., acc=cts so far per operand) -> the new sums (the loop prim)
-- batch(b, ins, batched, size, **params) -> (outs, out_batched)   batch axis is always 0
-- emit(ctx, eqn) -> None     writes C++ through the codegen context
+- batch(b, ins, batched, size, **params) -> (outs, out_batched)   batch axis is always 0; None: the prim takes no
+  operands (vmap binds an equation none of whose operands is batched as it is) or is made after vmap (lowering)
+- emit(ctx, eqn) -> None     writes C++ through the codegen context; None: the prim never reaches codegen (its
+  `expand` rule, a `select_backend` that always replaces it or a `simplify` that always removes it runs first)
 - partial_eval(split, eqn, known_mask) -> None   control flow only: splits itself into split.kb/ub
 - prune(eqn, used) -> Eqn    control flow and calls only: the equation narrowed to the used results
 - simplify(ins, out) -> Atom | None   a local algebraic identity replacing the output, if any
@@ -100,9 +104,9 @@ class Prim:
     name: str
     type_rule: Callable
     eval: Callable
-    jvp: Callable
-    batch: Callable
-    emit: Callable
+    jvp: Optional[Callable]
+    batch: Optional[Callable]
+    emit: Optional[Callable]
     transpose: Optional[Callable] = NOT_LINEAR
     partial_eval: Optional[Callable] = None
     prune: Optional[Callable] = None
@@ -153,6 +157,16 @@ class Prim:
 
     def __repr__(self) -> str:
         return f"Prim({self.name})"
+
+
+def rule(prim: Prim, name: str) -> Callable:
+    """prim's rule `name` (jvp, batch, emit), or an internal error saying why it has none (its `opt_outs` entry)."""
+    r = getattr(prim, name)
+    if r is None:
+        from ..errors import KsbuildError
+        why = next((o.split(":", 1)[1].strip() for o in prim.opt_outs if o.startswith(name + ":")), "")
+        raise KsbuildError(f"'{prim.name}' has no {name} rule" + (f": {why}" if why else ""))
+    return r
 
 
 def lookup(name: str) -> tuple[Prim, dict]:

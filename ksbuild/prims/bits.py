@@ -51,15 +51,11 @@ def _emit(ctx, eqn):
         ctx.assign(eqn.outs[0], f"static_cast<{c}>({x} {sym} {y})")
 
 
-def _jvp(b, primals, tangents, op):
-    return [b.bitwise(*primals, op=op)], [None]
-
-
 bitwise = Prim(
     name="bitwise",
     type_rule=_rule,
     eval=_eval,
-    jvp=_jvp,
+    jvp=None,  # (integer results: transforms/jvp.py binds it as it is)
     batch=lambda b, ins, batched, size, op: batch_elementwise(b, ins, batched, size, bitwise, op=op),
     emit=_emit,
     elementwise=True,

@@ -12,6 +12,7 @@ from ..errors import in_rule, located
 from ..ir.builder import Builder
 from ..ir.core import Atom, Func, Var
 from ..ir.types import Dim, Type
+from ..prims.base import rule
 from ..prims.common import bcast_to
 from .sink import sink
 
@@ -34,7 +35,7 @@ def vmap_eqns(b: Builder, f: Func, args: Sequence[Atom], batched: Sequence[bool]
             outs, obts = b.bind(eqn.prim, ins, dict(eqn.params)), [False] * len(eqn.outs)
         else:
             with located(eqn.loc), in_rule(eqn, "batch"):
-                outs, obts = eqn.prim.batch(b, list(ins), list(bts), size, **eqn.params)
+                outs, obts = rule(eqn.prim, "batch")(b, list(ins), list(bts), size, **eqn.params)
         b.name_like(outs, eqn.outs)
         for v, o, bt in zip(eqn.outs, outs, obts):
             env[v] = (o, bt)
