@@ -1,8 +1,10 @@
 """The mutation audit of the prim records (docs/architecture.md, issue 33): a pytest plugin that breaks one rule or
 fact of each prim record and keeps what fails.
 
-Each prim's mutants, in order (mutants_of): its type rule raising, its eval + 1, a doubled tangent (jvp) and batched
-result, its emitted C++ value + 1 and a line that does not compile, a doubled cotangent (transpose), partial_eval and
+Each prim's mutants, in order (mutants_of): its type rule raising, its eval + 1, a doubled tangent (jvp: a zero
+tangent of a float result, None, becomes the result itself) and batched result, its emitted C++ value + 1 (a rule that
+assigns nothing through ctx.assign, a view, a kernel call, a loop: its result's element 0 + 1 after it, in a copy for
+a view) and a line that does not compile, a doubled cotangent (transpose), partial_eval and
 prune raising, a wrong simplification, a doubled expansion, fusible and nonneg flipped, a rows or along rule slicing
 the wrong operand, bounds narrowed, int_value + 1, select_backend and inplace removed, parallel flipped, scratch
 halved, and each fact the record states removed (a reduction made another kind).
@@ -15,11 +17,20 @@ run of the prim tests checks one mutant of every prim (14 runs for all of them):
         python -m pytest -q -p no:cacheprovider --tb=line -p mutate_prims tests/test_prims.py tests/test_prim_facts.py \
         tests/test_prims_compiled.py; done
 
+A prim only the passes make (prim_samples.LOWERING: contract, convolve, fusion, join, qpack, winograd_kernel) has no
+sample: in these runs its mutants are active in the tests named after it in test_prims and test_prim_facts only, and
+test_plain_lowering_prim[<prim>], which checks other prims' samples (under their own mutants), does not count.
+MUT_LOWER=prim:i runs one such mutant alone, active everywhere, on the samples that test reads:
+
+    MUT_LOWER=contract:2 MUT_OUT=/tmp/m/L_contract_2.json PYTHONPATH=.:scripts python -m pytest -q -p mutate_prims \
+        tests/test_prims.py tests/test_prim_facts.py tests/test_prims_compiled.py
+
 MUT_SKIP_CAUGHT=<an earlier run's json> leaves out the mutants it caught (test_prims_compiled then builds only the
 samples of the prims left); MUT_SPEC=prim:i,... picks one mutant per prim; MUT_ONLY=prim:i,... makes them active
 everywhere (to find the other tests that catch them). MUT_OUT gets {"mut": prim -> [rule, kind], "failed": test ->
 message, "prim_of": test -> the prim it names}. A mutant is caught by a prim-named test when a test naming its prim
-fails. (A mutant that makes the package's rendering raise fails every test of that run: run such ones alone.)
+fails. (A sample whose exports will not render under its prim's mutant fails its tests, naming the error; it is lowered
+again without the mutant, so that the package still builds for the others.)
 """
 from __future__ import annotations
 

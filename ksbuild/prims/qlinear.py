@@ -290,12 +290,13 @@ qconv = Prim(
     name="qconv",
     type_rule=_qconv_rule,
     eval=_qconv_eval,
-    jvp=_no_derivative("qconv"),
+    jvp=None,  # (8-bit results: transforms/jvp.py binds it as it is)
     batch=_qconv_batch,
     emit=_emit_qconv,
     select_backend=_pack_weights("rows"),
     scratch=_qconv_scratch,
     doc="8-bit integer convolution with int32 sums requantized to 8 bits (ONNX QLinearConv)",
+    opt_outs=("jvp: 8-bit results carry no tangent",),
 )
 
 
