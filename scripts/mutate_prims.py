@@ -1,13 +1,13 @@
 """The mutation audit of the prim records (docs/architecture.md, issue 33): a pytest plugin that breaks one rule or
 fact of each prim record and keeps what fails.
 
-Each prim's mutants, in order (mutants_of): its type rule raising, its eval + 1, a doubled tangent (jvp: a zero
-tangent of a float result, None, becomes the result itself) and batched result, its emitted C++ value + 1 (a rule that
-assigns nothing through ctx.assign, a view, a kernel call, a loop: its result's element 0 + 1 after it, in a copy for
-a view) and a line that does not compile, a doubled cotangent (transpose), partial_eval and
-prune raising, a wrong simplification, a doubled expansion, fusible and nonneg flipped, a rows or along rule slicing
-the wrong operand, bounds narrowed, int_value + 1, select_backend and inplace removed, parallel flipped, scratch
-halved, and each fact the record states removed (a reduction made another kind).
+Each prim's mutants, in order (mutants_of): its type rule raising, its eval + 1, a doubled tangent (jvp: a zero tangent
+of a float result, None, becomes exp(result), which is never zero) and batched result, its emitted C++ value + 1 (a rule
+that assigns nothing through ctx.assign, a view, a kernel call, a loop: its result's element 0 + 1 after it, in a copy
+for a view) and a line that does not compile, a doubled cotangent (transpose), partial_eval and prune raising, a wrong
+simplification, a doubled expansion, fusible and nonneg flipped, a rows or along rule slicing the wrong operand, bounds
+narrowed, int_value + 1, select_backend and inplace removed, parallel flipped, scratch halved, and each fact the record
+states removed (a reduction made another kind).
 
 Run i (MUT_RUN=i) breaks the i-th mutant of every prim at once, each active only while a test whose `name` parameter
 is a sample of that prim (or the prim) runs, or while test_prims_compiled lowers and renders that prim's samples: one
@@ -125,9 +125,9 @@ def mutants_of(p: Prim):
     add("eval", "plus1", eval_plus)
     jv = o.jvp
 
-    def jvp2(b, primals, tangents, **params):  # (a zero tangent of a float result, None, becomes the result)
+    def jvp2(b, primals, tangents, **params):  # (a zero tangent of a float result, None, becomes exp(result))
         outs, tans = jv(b, primals, tangents, **params)
-        return outs, [(o if o.type.is_float else None) if t is None else
+        return outs, [(b.exp(o) if o.type.is_float else None) if t is None else
                       (_double(b, t) if isinstance(t, (Var, Lit)) else t) for o, t in zip(outs, tans)]
     if jv is not None:
         add("jvp", "double", jvp2)
