@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ..errors import rule
 from ..ir.core import Atom, Eqn, Func, Lit, Var
 from ..ir.types import INT_DTYPES, Type
-from ..prims.base import rule
 from . import steps as steps_
 from .cpp import Handle, Writer, c_literal
 from .storage import Storage, dim_expr

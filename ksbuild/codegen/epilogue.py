@@ -27,9 +27,9 @@ from typing import Sequence
 
 import numpy as np
 
+from ..errors import rule
 from ..ir.core import Eqn, Func, Lit
 from ..ir.types import numel
-from ..prims.base import rule
 from .cpp import Namer, Writer
 from .storage import Storage
 

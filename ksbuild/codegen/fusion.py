@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..errors import rule
 from ..ir.core import Eqn, Var
 from ..ir.types import numel
-from ..prims.base import rule
 from .body import read_once
 from .cpp import REDUCE_UPDATE, Writer, buffer_name, flat_position, reduce_init, simd_pragma
 from .storage import Storage, dim_expr

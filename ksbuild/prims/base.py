@@ -91,6 +91,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from ..errors import rule  # noqa: F401  (prims.base.rule: a prim's rule, or the reason it has none)
+
 PRIMS: dict[str, "Prim"] = {}
 FORMS: dict[str, tuple["Prim", dict]] = {}  # a form's name -> (its prim, the params the name fixes)
 
@@ -157,16 +159,6 @@ class Prim:
 
     def __repr__(self) -> str:
         return f"Prim({self.name})"
-
-
-def rule(prim: Prim, name: str) -> Callable:
-    """prim's rule `name` (jvp, batch, emit), or an internal error saying why it has none (its `opt_outs` entry)."""
-    r = getattr(prim, name)
-    if r is None:
-        from ..errors import KsbuildError
-        why = next((o.split(":", 1)[1].strip() for o in prim.opt_outs if o.startswith(name + ":")), "")
-        raise KsbuildError(f"'{prim.name}' has no {name} rule" + (f": {why}" if why else ""))
-    return r
 
 
 def lookup(name: str) -> tuple[Prim, dict]:

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..errors import in_rule, located
+from ..errors import in_rule, located, rule
 from ..ir.builder import Builder
 from ..ir.core import Atom, Func, Var
-from ..prims.base import rule
 from ..prims.common import zeros
 from .sink import sink
 

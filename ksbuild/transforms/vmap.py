@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..errors import in_rule, located
+from ..errors import in_rule, located, rule
 from ..ir.builder import Builder
 from ..ir.core import Atom, Func, Var
 from ..ir.types import Dim, Type
-from ..prims.base import rule
 from ..prims.common import bcast_to
 from .sink import sink
 
