@@ -79,6 +79,16 @@ def warn(message: str, loc: Location | None = None, hint: str | None = None) -> 
     warnings.warn(KsbuildWarning(message, loc, hint), stacklevel=2)
 
 
+def rule(prim, name: str):
+    """prim's rule `name` (jvp, batch, emit), or an error saying why it has none (its `opt_outs` entry): the passes
+    call a prim's rules through this (here, not in prims/, which codegen/ may not import at load time)."""
+    r = getattr(prim, name)
+    if r is None:
+        why = next((o.split(":", 1)[1].strip() for o in prim.opt_outs if o.startswith(name + ":")), "")
+        raise KsbuildError(f"'{prim.name}' has no {name} rule" + (f": {why}" if why else ""))
+    return r
+
+
 @contextmanager
 def in_rule(eqn, rule: str):
     """Note on an exception other than a KsbuildError raised inside the block (a bug in a rule: a KeyError, an

@@ -1,11 +1,13 @@
 """The mutation audit of the prim records (docs/architecture.md, issue 33): a pytest plugin that breaks one rule or
 fact of each prim record and keeps what fails.
 
-Each prim's mutants, in order (mutants_of): its type rule raising, its eval + 1, a doubled tangent (jvp) and batched
-result, its emitted C++ value + 1 and a line that does not compile, a doubled cotangent (transpose), partial_eval and
-prune raising, a wrong simplification, a doubled expansion, fusible and nonneg flipped, a rows or along rule slicing
-the wrong operand, bounds narrowed, int_value + 1, select_backend and inplace removed, parallel flipped, scratch
-halved, and each fact the record states removed (a reduction made another kind).
+Each prim's mutants, in order (mutants_of): its type rule raising, its eval + 1, a doubled tangent (jvp: a zero tangent
+of a float result, None, becomes exp(result), which is never zero) and batched result, its emitted C++ value + 1 (a rule
+that assigns nothing through ctx.assign, a view, a kernel call, a loop: its result's element 0 + 1 after it, in a copy
+for a view) and a line that does not compile, a doubled cotangent (transpose), partial_eval and prune raising, a wrong
+simplification, a doubled expansion, fusible and nonneg flipped, a rows or along rule slicing the wrong operand, bounds
+narrowed, int_value + 1, select_backend and inplace removed, parallel flipped, scratch halved, and each fact the record
+states removed (a reduction made another kind).
 
 Run i (MUT_RUN=i) breaks the i-th mutant of every prim at once, each active only while a test whose `name` parameter
 is a sample of that prim (or the prim) runs, or while test_prims_compiled lowers and renders that prim's samples: one
@@ -15,11 +17,20 @@ run of the prim tests checks one mutant of every prim (14 runs for all of them):
         python -m pytest -q -p no:cacheprovider --tb=line -p mutate_prims tests/test_prims.py tests/test_prim_facts.py \
         tests/test_prims_compiled.py; done
 
+A prim only the passes make (prim_samples.LOWERING: contract, convolve, fusion, join, qpack, winograd_kernel) has no
+sample: in these runs its mutants are active in the tests named after it in test_prims and test_prim_facts only, and
+test_plain_lowering_prim[<prim>], which checks other prims' samples (under their own mutants), does not count.
+MUT_LOWER=prim:i runs one such mutant alone, active everywhere, on the samples that test reads:
+
+    MUT_LOWER=contract:2 MUT_OUT=/tmp/m/L_contract_2.json PYTHONPATH=.:scripts python -m pytest -q -p mutate_prims \
+        tests/test_prims.py tests/test_prim_facts.py tests/test_prims_compiled.py
+
 MUT_SKIP_CAUGHT=<an earlier run's json> leaves out the mutants it caught (test_prims_compiled then builds only the
 samples of the prims left); MUT_SPEC=prim:i,... picks one mutant per prim; MUT_ONLY=prim:i,... makes them active
 everywhere (to find the other tests that catch them). MUT_OUT gets {"mut": prim -> [rule, kind], "failed": test ->
 message, "prim_of": test -> the prim it names}. A mutant is caught by a prim-named test when a test naming its prim
-fails. (A mutant that makes the package's rendering raise fails every test of that run: run such ones alone.)
+fails. (A sample whose exports will not render under its prim's mutant fails its tests, naming the error; it is lowered
+again without the mutant, so that the package still builds for the others.)
 """
 from __future__ import annotations
 
@@ -59,6 +70,36 @@ def _plus(x):
     return x
 
 
+def _plus_after(ctx, v, p):
+    """After an emit rule that wrote v without ctx.assign: v + 1 at its first element (a scalar's expression; a
+    tensor's element 0, in a copy when v is a view of another value's storage)."""
+    from ksbuild.codegen.storage import Storage
+
+    def plus(e):
+        return f"(!({e}))" if v.type.dtype == "bool" else f"({e} + 1)"
+    if v in ctx.local:
+        ctx.local[v] = plus(ctx.local[v])
+        return
+    h = ctx.env.get(v)
+    if h is None:
+        return
+    if isinstance(h, str):
+        ctx.env[v] = plus(h)
+        return
+    if h.literal is not None:
+        ctx.env[v] = Storage.splat(plus(h.literal), h.shape)
+        return
+    first = h.at(["0"] * len(h.shape))
+    if p.view or p.name in ("constant",):
+        try:
+            new = ctx.alloc(v.type, "mutant")
+        except Exception:  # noqa: BLE001  (a size known only at run time without a workspace)
+            return
+        ctx.copy(h, new, v.type)
+        ctx.env[v], first = new, new.at(["0"] * len(h.shape))
+    ctx.line(f"{first} = {plus(first)};")
+
+
 def mutants_of(p: Prim):
     """[(field, kind, value)] for every rule and set fact of p."""
     out = []
@@ -84,9 +125,10 @@ def mutants_of(p: Prim):
     add("eval", "plus1", eval_plus)
     jv = o.jvp
 
-    def jvp2(b, primals, tangents, **params):
+    def jvp2(b, primals, tangents, **params):  # (a zero tangent of a float result, None, becomes exp(result))
         outs, tans = jv(b, primals, tangents, **params)
-        return outs, [None if t is None else (_double(b, t) if isinstance(t, (Var, Lit)) else t) for t in tans]
+        return outs, [(b.exp(o) if o.type.is_float else None) if t is None else
+                      (_double(b, t) if isinstance(t, (Var, Lit)) else t) for o, t in zip(outs, tans)]
     if jv is not None:
         add("jvp", "double", jvp2)
     bt = o.batch
@@ -101,23 +143,31 @@ def mutants_of(p: Prim):
     def emit_plus(ctx, eqn):
         orig = ctx.assign
         outs = set(map(id, eqn.outs))
+        done = set()
 
         def assign(v, expr):
             if id(v) in outs:
                 expr = f"(!({expr}))" if v.type.dtype == "bool" else f"({expr} + 1)"
+                done.add(id(v))
             return orig(v, expr)
         ctx.assign = assign
         try:
-            return em(ctx, eqn)
+            r = em(ctx, eqn)
         finally:
             del ctx.assign
-    add("emit", "plus1", emit_plus)
+        for v in eqn.outs:  # a result the rule made otherwise (a view, a kernel call, a loop): its element 0 + 1
+            if id(v) not in done and v.type.dtype != "str":
+                _plus_after(ctx, v, p)
+        return r
+    if em is not None:
+        add("emit", "plus1", emit_plus)
 
     def emit_broken(ctx, eqn):
         r = em(ctx, eqn)
         ctx.line(f"ks_mutant_does_not_compile_{p.name};")
         return r
-    add("emit", "nocompile", emit_broken)
+    if em is not None:
+        add("emit", "nocompile", emit_broken)
     if o.transpose is not None:
         tr = o.transpose
 
@@ -275,7 +325,12 @@ RAISED: dict[str, str] = {}   # sample -> what raised while building its exports
 
 def pytest_configure(config):
     install()
-    if os.environ.get("MUT_ONLY"):
+    if os.environ.get("MUT_LOWER"):  # one mutant of a prim only the passes make, active everywhere
+        p, i = os.environ["MUT_LOWER"].split(":")
+        GLOBAL[0] = True
+        MUT[p] = ALL[p][int(i)]
+        RESULTS.setdefault("idx", {})[p] = int(i)
+    elif os.environ.get("MUT_ONLY"):
         GLOBAL[0] = True
         for spec in os.environ["MUT_ONLY"].split(","):
             p, i = spec.split(":")
@@ -302,6 +357,18 @@ def pytest_collection_finish(session):
     for item in session.items:
         RESULTS.setdefault("prim_of", {})[item.nodeid] = prim_of(item)
     mod = sys.modules.get("test_prims_compiled")
+    if mod is not None and os.environ.get("MUT_LOWER"):  # only the samples test_plain_lowering_prim checks
+        held = []
+        (p,) = MUT
+        saved, GLOBAL[0] = GLOBAL[0], False  # (lowered without the mutant)
+        for n in mod.NAMES:
+            for e, f in mod.funcs(n).items():
+                if p in _prims_in(mod.lowered(f, "plain")):
+                    held.append((e, n))
+        GLOBAL[0] = saved
+        keep = {n for _, n in sorted(held)[:6]}
+        mod.NAMES = [n for n in mod.NAMES if n in keep]
+        mod.BLAS_NAMES = []
     if mod is None or GLOBAL[0]:
         return
     from prim_samples import SAMPLES, prim_name
@@ -333,8 +400,11 @@ def pytest_collection_finish(session):
         finally:
             ACTIVE[0] = None
 
+    inputs = {}  # export -> (its function before lowering, backend): lowered again without the mutant if need be
+
     def lowered(f, backend):
         s = by_export.get(f.name)
+        inputs[f.name] = (f, backend)
         ACTIVE[0] = prim_name(s) if s else None
         try:
             return orig_lowered(f, backend)
@@ -356,6 +426,8 @@ def pytest_collection_finish(session):
         except Exception as e:  # noqa: BLE001
             RAISED.setdefault(s, f"render: {e!r}")
             ACTIVE[0] = None
+            if name in inputs:  # (lowered under the mutant: lowered again without it)
+                f = orig_lowered(*inputs[name])
             return orig_view(package, name, f, *a, **k)
         finally:
             ACTIVE[0] = None
@@ -368,7 +440,21 @@ def pytest_collection_finish(session):
     render.export_view = export_view
 
 
+def _prims_in(f) -> set:
+    from ksbuild.ir.core import Func
+    found = set()
+    for e in f.eqns:
+        found.add(e.prim.name)
+        found.update(n for v in e.params.values() if isinstance(v, Func) for n in _prims_in(v))
+    return found
+
+
 def pytest_collection_modifyitems(session, config, items):
+    if os.environ.get("MUT_LOWER"):  # only the tests named after the lowering prim
+        keep = [it for it in items if prim_of(it) in MUT]
+        config.hook.pytest_deselected(items=[it for it in items if it not in keep])
+        items[:] = keep
+        return
     if (os.environ.get("MUT_SKIP_CAUGHT") or os.environ.get("MUT_SPEC")) and not GLOBAL[0]:
         keep = [it for it in items if prim_of(it) in MUT or "test_prims_compiled" not in it.nodeid]
         config.hook.pytest_deselected(items=[it for it in items if it not in keep])

@@ -577,8 +577,8 @@ def test_whole_numbers_made_of_whole_numbers(name):
 
 
 IN_PLACE = ("index_add", "index_set", "scatter_add")
-"""The prims whose record names an operand they may update in place (contract's, with acc, is made by the passes:
-tests/test_inplace_alias.py)."""
+"""The prims whose record names an operand they may update in place (contract's, with acc, which the passes make,
+has a test of its own below)."""
 
 
 @pytest.mark.parametrize("name", IN_PLACE)
@@ -605,9 +605,57 @@ def test_an_update_writes_into_its_operands_buffer(name):
     np.testing.assert_allclose(eval_func(g, args)[0], eval_func(f, args)[0], rtol=1e-15)
 
 
+RECOMPUTED = ("ctmul", "lane_owned")
+"""The elementwise prims the expand pass removes before any loop nest is made (so that
+test_an_elementwise_prim_joins_a_loop_nest cannot see them): their fact is read by vjp's split into fwd and bwd, which
+recomputes elementwise residuals."""
+
+
+@pytest.mark.parametrize("name", RECOMPUTED)
+def test_bwd_recomputes_an_elementwise_residual(name):
+    """Prim.elementwise read by transforms/vjp.py: in f = sin(prim(...x...)), the residual cos(prim(x)) is made of x by
+    elementwise prims, so fwd(f) stores no float residual (bwd(f) computes it again from x), and bwd(f) with what
+    fwd(f) stores is the gradient vjp(f) gives."""
+    import numpy as np
+
+    from ksbuild.transforms.vjp import bwd_func, fwd_func, vjp_func
+    v = Type("f64", (3,))
+    x, c, p = Var(v, "x"), Var(v, "c"), Var(Type("bool", (3,)), "p")
+    b = Builder()
+    r = b.bind(PRIMS[name], [c, x] if name == "ctmul" else [p, x], {} if name == "ctmul" else {"then": True})[0]
+    f = b.func(name, [c if name == "ctmul" else p, x], [b.sin(r)])
+    fwd = fwd_func(f)
+    assert not [t for t in fwd.out_types[1:] if t.is_float], f"fwd({name}) stores {fwd.out_types[1:]}"
+    first = np.array([0.5, -1.0, 2.0]) if name == "ctmul" else np.array([True, False, True])
+    args, ct = [first, np.array([0.3, 0.7, -1.1])], np.array([1.0, -2.0, 0.5])
+    stored = list(eval_func(fwd, args))[1:]
+    want = eval_func(vjp_func(f), args + [ct])[-1]
+    np.testing.assert_allclose(eval_func(bwd_func(f), args + stored + [ct])[-1], want, rtol=1e-15)
+
+
+@pytest.mark.parametrize("name", ["contract"])
+def test_a_product_adds_into_its_accumulators_buffer(name):
+    """Prim.inplace of contract: exp(x) + a @ c, the sum read by nothing after, is one contract[acc=True] (the
+    accumulate pass) whose result the memory plan places in exp(x)'s buffer (`reuse`), not in a copy; the lowered
+    function has the function's value."""
+    import numpy as np
+
+    from ksbuild.transforms.pipeline import lower
+    m = Type("f64", (4, 4))
+    x, a, c = Var(m, "x"), Var(m, "a"), Var(m, "c")
+    b = Builder()
+    y = b.add(b.exp(x), b.einsum(a, c, spec="ij,jk->ik"))
+    f = b.func(name, [x, a, c], [b.mul(y, y)])
+    g = lower(f)
+    e = next(e for e in g.eqns if e.prim.name == name)
+    place = g.plan.places.get(e.outs[0])
+    assert e.params["acc"] and place is not None and place.kind == "reuse" and place.of is e.ins[0], place
+    args = list(np.random.default_rng(21).standard_normal((3, 4, 4)))
+    np.testing.assert_allclose(eval_func(g, args)[0], eval_func(f, args)[0], rtol=1e-14)
+
+
 VIEWS = ("broadcast_to", "constant", "index", "reshape", "slice", "transpose", "window")
-"""The prims whose record says their result is a view of their first operand's storage (or of static data); but
-stop_gradient, which simplify removes before the memory plan is made."""
+"""The prims whose record says their result is a view of their first operand's storage (or of static data)."""
 
 
 @pytest.mark.parametrize("name", VIEWS)
@@ -800,8 +848,8 @@ def _strings_through(b, name: str, s, t, p, q):
 
 
 CARRIERS = ("call", "cond", "cond_select", "lane_cond", "loop")
-"""The prims that carry functions and pass the strings their operands hold to them (fusion and join, which the
-passes make, are left to the tests of the examples that move strings: tests/test_onnx_strings.py)."""
+"""The prims that carry functions and pass the strings their operands hold to them (fusion, which the fuse pass
+makes, has a test of its own below)."""
 
 
 @pytest.mark.parametrize("name", CARRIERS)
@@ -819,15 +867,35 @@ def test_a_prim_carrying_functions_passes_strings_through(name):
         np.testing.assert_array_equal(eval_func(f, [sv, tv, pv, qv])[0], want(sv, tv, pv, qv))
 
 
+@pytest.mark.parametrize("name", ["fusion"])
+def test_a_loop_nest_moves_strings(name):
+    """Prim.strings of fusion: the fuse pass makes a loop nest of a choice between string tensors (a select of a
+    transposed one and another), which binds with its string operands, and the lowered function picks the same
+    strings."""
+    import numpy as np
+
+    from ksbuild.transforms.pipeline import lower
+    st, bt = Type("str", (2, 3)), Type("bool", (2, 3))
+    s, t, p = Var(Type("str", (3, 2)), "s"), Var(st, "t"), Var(bt, "p")
+    b = Builder()
+    f = b.func(name, [s, t, p], [b.select(p, b.transpose(s, perm=(1, 0)), t)])
+    g = lower(f)
+    assert name in [e.prim.name for e in g.eqns], g
+    sv = np.array([["a", "b"], ["c", "d"], ["e", "f"]], dtype=object)
+    tv = np.array([["u", "v", "w"], ["x", "y", "z"]], dtype=object)
+    pv = np.array([[True, False, True], [False, False, True]])
+    np.testing.assert_array_equal(eval_func(g, [sv, tv, pv])[0], np.where(pv, sv.T, tv))
+
+
 FACT_TESTS = {  # fact -> (whether a record states it, the prims its test above checks, the prims it leaves to others)
     "costly": (lambda p: p.costly, COSTLY, ()),
-    "elementwise": (lambda p: p.elementwise, ELEMENTWISE, ("ctmul", "lane_owned")),  # (expanded before lowering)
+    "elementwise": (lambda p: p.elementwise, ELEMENTWISE + RECOMPUTED, ()),
     "nonneg": (lambda p: p.nonneg is not None, NONNEG, ()),
-    "strings": (lambda p: p.strings, MOVERS + CARRIERS, ("fusion", "join")),  # (made by the passes)
+    "strings": (lambda p: p.strings, MOVERS + CARRIERS + ("fusion",), ()),
     "remat": (lambda p: p.remat, REMAT, ()),
     "whole": (lambda p: bool(p.whole), WHOLE_PRIMS, ()),
-    "inplace": (lambda p: p.inplace is not None, IN_PLACE, ("contract",)),  # (made by the passes with acc)
-    "view": (lambda p: p.view, VIEWS, ("stop_gradient",)),  # (simplified away before the memory plan)
+    "inplace": (lambda p: p.inplace is not None, IN_PLACE + ("contract",), ()),
+    "view": (lambda p: p.view, VIEWS, ()),
     "takes": (lambda p: p.takes is not None, TAKES, ()),
     "sinks": (lambda p: p.sinks, SINKS, ()),
     "branches": (lambda p: p.branches, BRANCHES, ()),

@@ -113,17 +113,25 @@ def test_record_is_complete(name, lowered_prims):
     """Every prim has every rule it needs, each exercised by a test here or in test_prims_compiled: type rule,
     interpreter eval, C++ emission and a doc; a prim of the core also jvp and batching rules and a sample (or is
     one of the structured prims that carry functions, tested by their own files), and a transpose rule is checked
-    by the dot-product test; a lowering prim is made from some sample, so its emission is compiled."""
+    by the dot-product test; a lowering prim is made from some sample, so its emission is compiled. A rule the passes
+    never call is None, `opt_outs` saying why: the jvp and batching rules of a prim without operands or with no
+    float result (transforms/jvp.py and vmap.py bind it as it is) and of a lowering prim, the emission of a prim the
+    pipeline replaces before codegen (expand, select_backend, simplify), which no sample's lowering then holds."""
     p = PRIMS[name]
-    for rule in ("type_rule", "eval", "emit"):
+    for rule in ("type_rule", "eval"):
         assert callable(getattr(p, rule)), f"{name} lacks {rule}"
+    for rule in ("jvp", "batch", "emit"):  # (None: a rule the passes never call, `opt_outs` saying why)
+        why = any(o.startswith(rule + ":") for o in p.opt_outs)
+        assert callable(getattr(p, rule)) or getattr(p, rule) is None and why, f"{name} lacks {rule}"
+    if p.emit is None:  # never reaches codegen: made something else first, as the samples' lowerings show
+        assert p.expand or p.select_backend or p.simplify, f"{name}: no emit rule, and nothing removes it"
+        assert name not in lowered_prims, f"{name} has no emit rule but a sample's lowered function holds it"
     assert p.doc, f"{name} has no doc"
     assert (name in LOWERING) == p.lowering, f"{name}: lowering flag and tests/prim_samples.py LOWERING disagree"
     if p.lowering:
         assert name in lowered_prims, f"{name}: no sample lowers to it, so its C++ is never compiled in a test"
+        assert p.jvp is None and p.batch is None, f"{name}: a lowering prim is never differentiated nor batched"
         return
-    for rule in ("jvp", "batch"):
-        assert callable(getattr(p, rule)), f"{name} lacks {rule}"
     assert name in SAMPLED, f"{name} has no sample in prim_samples.py"
     sampled = [dict(SAMPLES[k][1]) for k in SAMPLES if prim_name(k) == name]
     for form, fixed in p.forms.items():  # (compare's lt ... ne: each form's C++ and eval are its own)
@@ -503,3 +511,15 @@ def test_a_lane_owned_tangent_is_the_tangent_on_its_own_lanes(name):
     mine = (pred == SAMPLES[name][1]["then"]).reshape(pred.shape + (1,) * (x.ndim - pred.ndim))
     np.testing.assert_array_equal(got, np.where(mine, dx, 0.0))
     assert mine.any() and not mine.all()
+
+
+@pytest.mark.parametrize("name", ["stop_gradient"])
+def test_a_stopped_gradient_is_zero(name):
+    """stop_gradient opts out of the finite-difference check (its derivative is zero by definition, not its value's):
+    in f(x) = x * sg(x), the tangent is sg(x) * dx (the stopped factor's own tangent zero) and the gradient sg(x)."""
+    b = Builder()
+    x = Var(Type("f64", (3,)), "x")
+    f = verified(b.func(name, [x], [b.mul(x, b.bind(PRIMS[name], [x], {})[0])]))
+    xs, dx = np.array([0.5, -2.0, 3.0]), np.array([1.0, 0.25, -1.0])
+    np.testing.assert_array_equal(eval_func(jvp.jvp_func(f), [xs, dx])[1], xs * dx)
+    np.testing.assert_array_equal(eval_func(vjp.vjp_func(f), [xs, np.ones(3)])[0], xs)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ..errors import rule
 from ..ir.core import Atom, Eqn, Func, Lit, Var
 from ..ir.types import INT_DTYPES, Type
 from . import steps as steps_
@@ -20,7 +21,7 @@ def emit_body(w: Writer, f: Func, steps: bool = False) -> list[Handle]:
             w.line(steps_.BEGIN)
         start = len(w.lines)
         w.int_signs.define(eqn)
-        eqn.prim.emit(w, eqn)
+        rule(eqn.prim, "emit")(w, eqn)
         w.note_source(start, [eqn.loc])
         if steps:
             w.line(steps_.end(all(_in_buffer(w, v) for v in eqn.outs)))

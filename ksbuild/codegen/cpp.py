@@ -768,11 +768,6 @@ class Writer:
 
     # ---- tensor prims --------------------------------------------------------------------------
 
-    def alias(self, eqn: Eqn) -> None:
-        """The output is the input (stop_gradient)."""
-        a = eqn.ins[0]
-        self.env[eqn.outs[0]] = self.scalar(a) if a.type.rank == 0 else self.storage(a)
-
     def dim_size(self, eqn: Eqn) -> None:
         self.env[eqn.outs[0]] = dim_expr(eqn.params["dim"])
 

@@ -27,6 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..errors import rule
 from ..ir.core import Eqn, Func, Lit
 from ..ir.types import numel
 from .cpp import Namer, Writer
@@ -66,7 +67,7 @@ def declare(w: Writer, eqn: Eqn, index: Sequence[str], shape, params: Sequence[s
     w.region, w.escaping = (list(index), tuple(shape)), {}
     w.depth += 1
     for e in body.eqns:
-        e.prim.emit(w, e)
+        rule(e.prim, "emit")(w, e)
     w.line(f"return {w.scalar(body.results[0])};")
     w.depth -= 1
     w.line("};")
@@ -205,7 +206,7 @@ def _form(w: Writer, eqn: Eqn, bound: dict, index: Sequence[str], shape, params:
     w.region, w.escaping, w.derived = (form_index, tuple(shape)), {}, {}  # (no names of one call site's values)
     try:
         for e in body.eqns:
-            e.prim.emit(w, e)
+            rule(e.prim, "emit")(w, e)
         w.line(f"return {w.scalar(body.results[0])};")
         lines, declared = w.lines, namer.declared - reserved
     except Exception:  # noqa: BLE001  an emit rule that needs its function: a local lambda instead

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..errors import rule
 from ..ir.core import Eqn, Var
 from ..ir.types import numel
 from .body import read_once
@@ -106,7 +107,7 @@ def _first_sweep(w: Writer, body, inner_eqns, reductions, accs, best, twins, sto
     w.region, w.escaping = (outer + inner, shape), stores
     w.foldable |= read_once(body, elements=True)
     for e in inner_eqns:
-        e.prim.emit(w, e)
+        rule(e.prim, "emit")(w, e)
     for k, (acc, e) in enumerate(zip(updated, reductions)):
         if k in nans:  # (the extremum of the numbers and whether there is a NaN: two reductions that vectorize)
             x, op = w.scalar(e.ins[0]), "<" if e.prim.reduction.endswith("min") else ">"
@@ -272,7 +273,7 @@ def _position_sweep(w: Writer, inner_eqns, reductions, arg: dict, outer, shape, 
     w.region, w.escaping = (outer + inner, shape), {}
     w.local.clear()
     for e in needed:
-        e.prim.emit(w, e)
+        rule(e.prim, "emit")(w, e)
     j = flat_position(inner, dims)
     for k, (at, extremum) in arg.items():
         x = w.scalar(reductions[k].ins[0])

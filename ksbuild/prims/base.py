@@ -8,11 +8,15 @@ name (`b.lt(x, y)` is `b.compare(x, y, op="lt")`) and the IR text prints and rea
 Rule signatures (b is a Builder, atoms are Var/Lit, a tangent or cotangent of None is zero):
 - type_rule(in_types, **params) -> tuple[Type]
 - eval(*arrays, env=dims, **params) -> tuple[np.ndarray]
-- jvp(b, primals, tangents, **params) -> (outs, out_tangents)
+- jvp(b, primals, tangents, **params) -> (outs, out_tangents)   None: the jvp pass never calls it (the prim takes
+  no operands, or no result of it is ever a float, which carries no tangent; transforms/jvp.py binds such an
+  equation as it is), or the prim cannot be differentiated (`opt_outs` says why: `rule` raises that)
 - transpose(b, cts_out, ins, linear, **params) -> cts_in      (linear prims only); with
   `accumulates`, transpose(..., acc=cts so far per operand) -> the new sums (the loop prim)
-- batch(b, ins, batched, size, **params) -> (outs, out_batched)   batch axis is always 0
-- emit(ctx, eqn) -> None     writes C++ through the codegen context
+- batch(b, ins, batched, size, **params) -> (outs, out_batched)   batch axis is always 0; None: the prim takes no
+  operands (vmap binds an equation none of whose operands is batched as it is) or is made after vmap (lowering)
+- emit(ctx, eqn) -> None     writes C++ through the codegen context; None: the prim never reaches codegen (its
+  `expand` rule, a `select_backend` that always replaces it or a `simplify` that always removes it runs first)
 - partial_eval(split, eqn, known_mask) -> None   control flow only: splits itself into split.kb/ub
 - prune(eqn, used) -> Eqn    control flow and calls only: the equation narrowed to the used results
 - simplify(ins, out) -> Atom | None   a local algebraic identity replacing the output, if any
@@ -87,6 +91,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from ..errors import rule  # noqa: F401  (prims.base.rule: a prim's rule, or the reason it has none)
+
 PRIMS: dict[str, "Prim"] = {}
 FORMS: dict[str, tuple["Prim", dict]] = {}  # a form's name -> (its prim, the params the name fixes)
 
@@ -100,9 +106,9 @@ class Prim:
     name: str
     type_rule: Callable
     eval: Callable
-    jvp: Callable
-    batch: Callable
-    emit: Callable
+    jvp: Optional[Callable]
+    batch: Optional[Callable]
+    emit: Optional[Callable]
     transpose: Optional[Callable] = NOT_LINEAR
     partial_eval: Optional[Callable] = None
     prune: Optional[Callable] = None

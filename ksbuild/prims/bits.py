@@ -51,15 +51,11 @@ def _emit(ctx, eqn):
         ctx.assign(eqn.outs[0], f"static_cast<{c}>({x} {sym} {y})")
 
 
-def _jvp(b, primals, tangents, op):
-    return [b.bitwise(*primals, op=op)], [None]
-
-
 bitwise = Prim(
     name="bitwise",
     type_rule=_rule,
     eval=_eval,
-    jvp=_jvp,
+    jvp=None,  # (integer results: transforms/jvp.py binds it as it is)
     batch=lambda b, ins, batched, size, op: batch_elementwise(b, ins, batched, size, bitwise, op=op),
     emit=_emit,
     elementwise=True,
@@ -77,6 +73,8 @@ def _bitcast_rule(in_types, dtype):
         raise KsbuildError(f"bitcast between {x.dtype} and {dtype} is not supported")
     if np.dtype(numpy_dtype(x.dtype)).itemsize != np.dtype(numpy_dtype(dtype)).itemsize:
         raise KsbuildError(f"bitcast of {x} to {dtype}: the element sizes differ")
+    if dtype == x.dtype:  # (so that a float result is read from integer bits: it has no tangent to carry)
+        raise KsbuildError(f"bitcast of {x} to its own dtype")
     return (Type(dtype, x.shape),)
 
 
@@ -89,10 +87,11 @@ bitcast = Prim(
     name="bitcast",
     type_rule=_bitcast_rule,
     eval=_bitcast_eval,
-    jvp=lambda b, p, t, dtype: ([b.bitcast(p[0], dtype=dtype)], [None]),
+    jvp=None,  # (a float result is made of integer bits, which carry no tangent: jvp binds it as it is)
     batch=lambda b, ins, batched, size, dtype: batch_elementwise(b, ins, batched, size, bitcast, dtype=dtype),
     emit=lambda ctx, eqn: ctx.assign(eqn.outs[0], f"ks::bit_cast<{ctx.ctype(eqn.outs[0].type)}>({ctx.args(eqn)[0]})"),
     elementwise=True,
     doc="the same bits read as another dtype of the same size",
-    opt_outs=("jvp: a reinterpretation of bits has no derivative", "transpose: not linear"),
+    opt_outs=("jvp: a reinterpretation of bits has no derivative (a float result's operand is an integer, a float "
+              "operand's result one)", "transpose: not linear"),
 )

@@ -30,9 +30,9 @@ constant = Prim(
     view=True,
     type_rule=_constant_rule,
     eval=lambda value, env: (value.array(),),
-    jvp=lambda b, p, t, value: ([b.constant(value=value)], [None]),
-    batch=lambda b, ins, batched, size, value: ([b.constant(value=value)], [False]),
+    jvp=None,  # (no operands: jvp and vmap bind it as it is)
+    batch=None,
     emit=_emit_constant,
     doc="a dense tensor known at compile time (an ONNX initializer)",
-    opt_outs=("transpose: takes no operands",),
+    opt_outs=("jvp: takes no operands", "batch: takes no operands", "transpose: takes no operands"),
 )

@@ -213,11 +213,6 @@ def lane_einsum(b, x, w, x_batched: bool, strides, pads, dilations, groups):
     return b.reshape(y, shape=y.type.shape[:2] + (m,) + y.type.shape[4:])
 
 
-def _emit(ctx, eqn) -> None:
-    raise KsbuildError("internal: a conv reached the C++ writer; the select_backend pass lowers every conv to a "
-                       "convolve (prims/convolve.py)")
-
-
 def _images_as_rows(eqn) -> bool:
     """Whether a float convolution of one group maps a batch of n images of one position each by a
     kernel of one tap (a squeeze-excite block's fully connected layers, [n, C, 1, 1] -> [n, M, 1, 1]; n symbolic or
@@ -269,7 +264,8 @@ conv = Prim(
     jvp=_jvp,
     transpose=_transpose,
     batch=_batch,
-    emit=_emit,
+    emit=None,
     select_backend=_select,
     doc="N-d convolution (cross-correlation) with zero padding, strides, dilations and groups",
+    opt_outs=("emit: the select_backend pass makes every conv a convolve (prims/convolve.py) or a contract first",),
 )

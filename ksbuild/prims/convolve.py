@@ -35,7 +35,6 @@ from .conv import conv as _conv_prim
 from .lowering import (
     OPT_OUTS,
     PARALLEL_MIN_MACS,
-    _lowered_only,
     apply_epilogue,
     apply_in_place,
     epilogue_type,
@@ -415,8 +414,8 @@ winograd_kernel = Prim(
     name="winograd_kernel",
     type_rule=_winograd_kernel_rule,
     eval=lambda w, env: (winograd_transform(w),),
-    jvp=_lowered_only("winograd_kernel"),
-    batch=_lowered_only("winograd_kernel"),
+    jvp=None,  # (lowering only: OPT_OUTS)
+    batch=None,
     emit=_emit_winograd_kernel,
     precompute=True,
     doc="a 3×3 kernel [M, C, 3, 3] transformed for Winograd's F(2×2, 3×3): u [16, C, M] (ks::winograd_kernel)",
@@ -429,8 +428,8 @@ convolve = Prim(
     epilogue_impls=IMPLS,
     type_rule=_convolve_rule,
     eval=_convolve_eval,
-    jvp=_lowered_only("convolve"),
-    batch=_lowered_only("convolve"),
+    jvp=None,  # (lowering only: OPT_OUTS)
+    batch=None,
     emit=lambda ctx, eqn: emit_convolve(ctx, eqn, eqn.params["impl"]),
     rows=_convolve_rows,
     parallel=_parallel,

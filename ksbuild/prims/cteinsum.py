@@ -66,8 +66,9 @@ cteinsum = Prim(
     transpose=lambda b, cts, ins, linear, spec, ct: _einsum_transpose(b, cts, ins, linear, spec),
     batch=lambda b, ins, batched, size, spec, ct: ([b.cteinsum(*ins, spec=batched_spec(spec, batched), ct=ct)],
                                                    [True]),
-    emit=einsum.emit,
+    emit=None,
     expand=lambda b, ins, spec, ct: [b.einsum(*ins, spec=spec)],
+    opt_outs=("emit: expanded into an einsum first",),
     doc="einsum[spec](a, b) where operand `ct` is a derivative (a cotangent: einsum's transpose; a tangent: its "
         "jvp): an einsum whose own jvp masks the products of that operand with the other's tangent",
 )

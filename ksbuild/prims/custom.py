@@ -74,10 +74,6 @@ def _vmapped(f: Func, batched, size) -> Func:
     return vmap.vmap_func(f, batched, size, [True] * len(f.results), name=f.name)[0]
 
 
-def _not_emitted(ctx, eqn):
-    raise KsbuildError(f"internal: '{eqn.prim.name}' reached codegen (the expand pass turns it into a call)")
-
-
 def _expand_to_call(b, ins, fn, **_):
     # evaluated or compiled, a custom function is its body
     return list(b.bind(_call_prim(), ins, {"fn": fn}))
@@ -106,7 +102,7 @@ custom_jvp = Prim(
     eval=lambda *args, fn, rule, env: tuple(_interp()(fn, list(args), env)),
     jvp=_custom_jvp_jvp,
     batch=_custom_jvp_batch,
-    emit=_not_emitted,
+    emit=None,
     expand=_expand_to_call,
     doc="a function whose jvp is the user's rule (ksbuild.custom_jvp)",
     opt_outs=("emit: expanded into a call of its body first",),
@@ -138,7 +134,7 @@ custom_vjp = Prim(
     eval=lambda *args, fn, fwd, bwd, env: tuple(_interp()(fn, list(args), env)),
     jvp=_custom_vjp_jvp,
     batch=_custom_vjp_batch,
-    emit=_not_emitted,
+    emit=None,
     expand=_expand_to_call,
     doc="a function whose vjp is the user's forward and backward rules (ksbuild.custom_vjp)",
     opt_outs=("emit: expanded into a call of its body first",),
@@ -207,7 +203,7 @@ custom_vjp_lin = Prim(
     eval=_lin_eval,
     jvp=_lin_jvp,
     batch=_lin_batch,
-    emit=_not_emitted,
+    emit=None,
     transpose=_lin_transpose,
     expand=_lin_expand,
     doc="the tangent map of a custom_vjp function: linear, transposed into the user's backward rule",

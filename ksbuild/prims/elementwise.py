@@ -91,7 +91,8 @@ def masked_mul(b, x, y):
 def unary(name: str, fn, cpp: str, deriv, doc: str, numeric: bool = False, simplify=None,
           singular: bool = False, **facts) -> Prim:
     """A unary elementwise prim; deriv(b, x, y) is dy/dx (None: piecewise constant); `singular`: dy/dx may be
-    inf or nan at a finite x, so the tangent multiplies it with mulz; `facts`: other fields of the record."""
+    inf or nan at a finite x, so the tangent multiplies it with mulz; `facts`: other fields of the record (jvp=None:
+    not differentiable, its opt_outs saying why)."""
     prim: Prim
 
     def jvp(b, primals, tangents):
@@ -108,7 +109,7 @@ def unary(name: str, fn, cpp: str, deriv, doc: str, numeric: bool = False, simpl
         name=name,
         type_rule=numeric_type_rule(name) if numeric else float_type_rule(name),
         eval=ev,
-        jvp=jvp,
+        jvp=facts.pop("jvp", jvp),
         batch=lambda b, ins, batched, size: batch_elementwise(b, ins, batched, size, prim),
         emit=facts.pop("emit", emit_format(cpp)),
         costly=facts.pop("costly", not numeric and not facts.get("whole")),  # a float function (not floor)
@@ -436,7 +437,7 @@ mulzz = binary("mulzz", _np_mulzz, "ks::mulzz({0}, {1})", None,
 ctmul = binary("ctmul", np.multiply, "({0} * {1})", None,
                "x * y for a cotangent x (mul's transpose): a mul whose derivative keeps a zero x, or a zero dy, zero",
                transpose=_t_ctmul, simplify=_simp_mul, jvp=_ctmul_jvp, remat=True, whole="if_operands",
-               expand=_ctmul_expand)
+               expand=_ctmul_expand, emit=None, opt_outs=("emit: expanded into a mul first",))
 _float_div = emit_format("({0} / {1})")
 
 
@@ -528,11 +529,6 @@ def _np_digamma(x):
     return np.where(x0 == 0, np.where(np.signbit(x0), np.inf, -np.inf), out)
 
 
-def _no_trigamma(b, x, y):
-    raise KsbuildError("the derivative of digamma (trigamma) is not supported: lgamma can be differentiated "
-                       "once, not twice")
-
-
 def _lgamma1(v: float) -> float:
     """log |Γ(v)|, inf at the poles 0, -1, -2, ... (C's and torch's; math.lgamma raises there)."""
     return math.inf if v <= 0 and v == math.floor(v) else math.lgamma(v)
@@ -540,8 +536,10 @@ def _lgamma1(v: float) -> float:
 
 lgamma = unary("lgamma", lambda x: np.vectorize(_lgamma1, otypes=[x.dtype])(x), "std::lgamma({0})",
                lambda b, x, y: b.digamma(x), "log |Γ(x)|", singular=True)  # d lgamma = digamma (poles at 0, -1, ...)
-digamma = unary("digamma", lambda x: _np_digamma(x).astype(x.dtype), "ks::digamma({0})", _no_trigamma,
-                "ψ(x) = d/dx log Γ(x)", opt_outs=("jvp: trigamma is not implemented (raises a KsbuildError)",))
+digamma = unary("digamma", lambda x: _np_digamma(x).astype(x.dtype), "ks::digamma({0})", None,
+                "ψ(x) = d/dx log Γ(x)", jvp=None,
+                opt_outs=("jvp: its derivative (trigamma) is not supported: lgamma can be differentiated once, not "
+                          "twice",))
 
 
 def _ipow_rule(in_types, n):
@@ -699,20 +697,11 @@ def _logic_emit(ctx, eqn):
     ctx.assign(eqn.outs[0], f"({sym}{args[0]})" if len(args) == 1 else f"({args[0]} {sym} {args[1]})")
 
 
-def _no_tangent_jvp(prim):
-    """The jvp of a bool-valued prim: the same equation, no tangents."""
-    def jvp(b, primals, tangents, **params):
-        outs = b.bind(prim, primals, params)
-        return list(outs), [None] * len(outs)
-
-    return jvp
-
-
 compare = Prim(
     name="compare",
     type_rule=_compare_rule,
     eval=lambda x, y, op, env=None: (np.asarray(COMPARISONS[op][0](x, y)),),
-    jvp=lambda b, primals, tangents, op: _no_tangent_jvp(compare)(b, primals, tangents, op=op),
+    jvp=None,  # (bool results: transforms/jvp.py binds it as it is)
     batch=lambda b, ins, batched, size, op: batch_elementwise(b, ins, batched, size, compare, op=op),
     emit=_compare_emit,
     strings=True,  # (eq and ne only: the type rule refuses the others)
@@ -726,7 +715,7 @@ logic = Prim(
     name="logic",
     type_rule=_logic_rule,
     eval=lambda *xs, op, env=None: (np.asarray(LOGIC[op][0](*xs)),),
-    jvp=lambda b, primals, tangents, op: _no_tangent_jvp(logic)(b, primals, tangents, op=op),
+    jvp=None,  # (bool results: transforms/jvp.py binds it as it is)
     batch=lambda b, ins, batched, size, op: batch_elementwise(b, ins, batched, size, logic, op=op),
     emit=_logic_emit,
     elementwise=True,

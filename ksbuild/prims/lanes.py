@@ -174,11 +174,6 @@ def _lane_prune(eqn, used):
     return Eqn(eqn.prim, ins, tuple(eqn.outs[i] for i in keep), freeze(params), eqn.loc)
 
 
-def _lane_emit(ctx, eqn):
-    # the pipeline's first pass (transforms/expand.py) replaces every lane_cond before codegen
-    raise KsbuildError("internal: a lane_cond reached codegen; run the pipeline (transforms.pipeline.lower) first")
-
-
 lane_cond = Prim(
     name="lane_cond",
     branches=True,
@@ -187,11 +182,12 @@ lane_cond = Prim(
     eval=_lane_eval,
     jvp=_lane_jvp,
     batch=_lane_batch,
-    emit=_lane_emit,
+    emit=None,
     prune=_lane_prune,
     expand=_lane_expand,
     doc="a per-lane if (vmap of an if): both branches on every lane, one select per result",
-    opt_outs=("transpose: not linear (its jvp is made of selects, which are)",),
+    opt_outs=("transpose: not linear (its jvp is made of selects, which are)",
+              "emit: expanded into both branches and selects first (transforms/expand.py, the pipeline's first pass)"),
 )
 
 
@@ -228,12 +224,12 @@ lane_owned = Prim(
     eval=lambda pred, x, then, env: (x,),
     jvp=_owned_jvp,
     batch=_owned_batch,
-    emit=lambda ctx, eqn: _lane_emit(ctx, eqn),
+    emit=None,
     expand=lambda b, ins, then: [ins[1]],
     elementwise=True,  # (its condition is x's leading axes: a mask, as select's)
     remat=True,
     opt_outs=("jvp: zero on the other branch's lanes on purpose, not the derivative of its value there",
-              "transpose: not linear (its jvp is a select, which is)"),
+              "transpose: not linear (its jvp is a select, which is)", "emit: expanded into x itself first"),
     doc="x itself (pred: one condition per lane, the leading axes of x), as an operand of the branch of a per-lane "
         "if taken where pred is `then`: its derivative is zero on the other lanes, so a second derivative of the "
         "per-lane if masks the primal work of the branch not taken (the expand pass removes it)",
@@ -250,10 +246,6 @@ def _select_expand(b, ins, then_fn, else_fn):
     return [b.select(ins[0], x, y) for x, y in zip(*sides)]
 
 
-def _select_emit(ctx, eqn):
-    raise KsbuildError("internal: a cond_select reached codegen; run the pipeline (transforms.pipeline.lower) first")
-
-
 cond_select = Prim(
     name="cond_select",
     branches=True,
@@ -263,10 +255,11 @@ cond_select = Prim(
     eval=_cond_eval,
     jvp=if_jvp("cond_select"),
     batch=cond_batch("cond_select"),
-    emit=_select_emit,
+    emit=None,
     transpose=if_transpose("cond_select"),
     partial_eval=if_partial_eval,
     prune=_cond_prune,
     expand=_select_expand,
     doc="x if p else y: both sides and a select, differentiated as an if (only the side taken)",
+    opt_outs=("emit: expanded into both sides and a select first",),
 )

@@ -47,12 +47,6 @@ from .tensor import parse_spec
 PARALLEL_MIN_MACS = 1 << 18
 
 
-def _lowered_only(name: str):
-    def rule(*_, **__):
-        raise KsbuildError(f"internal: '{name}' is a lowering primitive; transformations run before lowering")
-    return rule
-
-
 # the reductions a fusion body may end with (over the last axes of the nest)
 
 OPT_OUTS = ("jvp: lowering only (transformations run before it)", "batch: lowering only",
@@ -85,8 +79,8 @@ fusion = Prim(
     strings=True,
     type_rule=_fusion_rule,
     eval=_fusion_eval,
-    jvp=_lowered_only("fusion"),
-    batch=_lowered_only("fusion"),
+    jvp=None,  # (lowering only: OPT_OUTS)
+    batch=None,
     emit=emit_fusion,
     parallel=_fusion_parallel,
     doc="elementwise equations (and trailing reductions) emitted as one loop nest",
@@ -596,8 +590,8 @@ contract = Prim(
     inplace=lambda eqn: 0 if eqn.params["acc"] else None,  # (acc: adds the product into its first operand)
     type_rule=_contract_rule,
     eval=_contract_eval,
-    jvp=_lowered_only("contract"),
-    batch=_lowered_only("contract"),
+    jvp=None,  # (lowering only: OPT_OUTS)
+    batch=None,
     emit=_emit_contract,
     parallel=_contract_parallel,
     scratch=_contract_scratch,
@@ -651,12 +645,11 @@ def _join_rows(eqn: Eqn, n):
 
 
 join = Prim(
-    name="join",
-    strings=True,
+    name="join",  # (no `strings`: the join pass makes it of pads added, and add takes no strings)
     type_rule=_join_rule,
     eval=lambda *xs, axis, env=None: (np.concatenate(xs, axis=axis),),
-    jvp=_lowered_only("join"),
-    batch=_lowered_only("join"),
+    jvp=None,  # (lowering only: OPT_OUTS)
+    batch=None,
     emit=_join_emit,
     rows=_join_rows,
     doc="tensors joined along an axis (a concatenation, which the transformations see as pads added: "

@@ -290,12 +290,13 @@ qconv = Prim(
     name="qconv",
     type_rule=_qconv_rule,
     eval=_qconv_eval,
-    jvp=_no_derivative("qconv"),
+    jvp=None,  # (8-bit results: transforms/jvp.py binds it as it is)
     batch=_qconv_batch,
     emit=_emit_qconv,
     select_backend=_pack_weights("rows"),
     scratch=_qconv_scratch,
     doc="8-bit integer convolution with int32 sums requantized to 8 bits (ONNX QLinearConv)",
+    opt_outs=("jvp: 8-bit results carry no tangent",),
 )
 
 
@@ -406,19 +407,17 @@ def unsigned_zero(dtype: str) -> int:
     return 0 if dtype == "u8" else -128
 
 
-def _qpack_batch(b, ins, batched, size, **params):
-    raise KsbuildError("vmap over int8 weights is not supported")
-
-
 qpack = Prim(
     name="qpack",
     type_rule=_qpack_rule,
     eval=lambda w, layout, groups, env, width=COLS, sums=True: (pack(w, layout, groups, width, sums),),
-    jvp=_no_derivative("qpack"),
-    batch=_qpack_batch,
+    jvp=None,  # (lowering only: the select_backend pass makes it, after every transformation)
+    batch=None,
     emit=_emit_qpack,
     precompute=True,
     lowering=True,
+    opt_outs=("jvp: lowering only (transformations run before it)", "batch: lowering only",
+              "transpose: lowering only"),
     doc="int8 weights packed in the register tiles' layout (ks::qpack_rows, ks::qpack_columns)",
 )
 
@@ -452,10 +451,11 @@ qlookup = Prim(
     name="qlookup",
     type_rule=_qlookup_rule,
     eval=lambda table, x, env: (table[np.asarray(x).astype(np.uint8)],),
-    jvp=_no_derivative("qlookup"),
+    jvp=None,  # (8-bit results: transforms/jvp.py binds it as it is)
     batch=_qlookup_batch,
     emit=_emit_qlookup,
     doc="an 8-bit tensor mapped through a 256-entry table (a unary region of an int8 model, tabulated)",
+    opt_outs=("jvp: 8-bit results carry no tangent",),
 )
 
 
@@ -501,8 +501,9 @@ qsoftmax = Prim(
     name="qsoftmax",
     type_rule=_qsoftmax_rule,
     eval=qsoftmax_reference,
-    jvp=_no_derivative("qsoftmax"),
+    jvp=None,  # (8-bit results: transforms/jvp.py binds it as it is)
     batch=_qsoftmax_batch,
     emit=_emit_qsoftmax,
     doc="onnxruntime's QLinearSoftmax of 8-bit rows (the last axis) through its table of exponentials (ks::qsoftmax)",
+    opt_outs=("jvp: 8-bit results carry no tangent",),
 )

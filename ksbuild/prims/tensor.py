@@ -464,7 +464,7 @@ def _arg_extremum(name: str, fn, kind: str) -> Prim:
         name=name,
         type_rule=rule,
         eval=evaluate,
-        jvp=lambda b, p, t, axes: ([b.bind(prim, [p[0]], {"axes": axes})[0]], [None]),
+        jvp=None,  # (an integer result: transforms/jvp.py binds it as it is)
         batch=lambda b, ins, batched, size, axes: ([b.bind(prim, [ins[0]], {"axes": _shift(axes)})[0]], [True]),
         emit=lambda ctx, eqn: ctx.arg_reduce(eqn, f"arg{kind}"),
         reduction=f"arg{kind}",
@@ -482,17 +482,17 @@ reduce_argmin = _arg_extremum("reduce_argmin", np.argmin, "min")
 stop_gradient = Prim(
     name="stop_gradient",
     strings=True,
-    view=True,
     type_rule=lambda in_types: (in_types[0],),
     eval=lambda x, env: (x,),
     jvp=lambda b, p, t: ([b.stop_gradient(p[0])], [None]),
     batch=lambda b, ins, batched, size: ([b.stop_gradient(ins[0])], [True]),
-    emit=lambda ctx, eqn: ctx.alias(eqn),
+    emit=None,  # (no `view` either: nothing after simplify sees one)
     # the pass pipeline runs after every transformation: there it is x, and fusion sees through it
     simplify=lambda ins, out: ins[0],
     doc="x, treated as a constant by differentiation",
     opt_outs=("jvp: zero by definition (not the derivative finite differences see)",
-              "transpose: not linear (its derivative is zero)"),
+              "transpose: not linear (its derivative is zero)",
+              "emit: the simplify pass replaces it by its operand first"),
 )
 
 
@@ -572,11 +572,6 @@ def batched_spec(spec: str, batched) -> str:
 
 def _einsum_batch(b, ins, batched, size, spec):
     return [b.einsum(ins[0], ins[1], spec=batched_spec(spec, batched))], [True]
-
-
-def _einsum_emit(ctx, eqn) -> None:
-    raise KsbuildError("internal: an einsum reached the C++ writer; the select_backend pass lowers every einsum to a "
-                       "contract (prims/lowering.py)")
 
 
 def _einsum_select(b, eqn, ins, backend, threads):
@@ -673,10 +668,11 @@ einsum = Prim(
     jvp=_einsum_jvp,
     transpose=_einsum_transpose,
     batch=_einsum_batch,
-    emit=_einsum_emit,
+    emit=None,
     select_backend=_einsum_select,
     along=_einsum_along,
     doc="a two-operand contraction: matmul 'ij,jk->ik', dot 'i,i->', outer 'i,j->ij', batched forms",
+    opt_outs=("emit: the select_backend pass makes every einsum a contract (prims/lowering.py) first",),
 )
 
 
@@ -698,14 +694,13 @@ iota = Prim(
     name="iota",
     type_rule=_iota_rule,
     eval=_iota_eval,
-    jvp=lambda b, p, t, shape, axis, dtype: ([b.iota(shape=shape, axis=axis, dtype=dtype)], [None]),
-    batch=lambda b, ins, batched, size, shape, axis, dtype: ([b.iota(shape=shape, axis=axis, dtype=dtype)],
-                                                           [False]),
+    jvp=None,  # (no operands: jvp and vmap bind it as it is)
+    batch=None,
     emit=lambda ctx, eqn: ctx.assign(eqn.outs[0], ctx.iota(eqn)),
     elementwise=True,
     positional=True,
     doc="arange along one axis of a shape (torch.arange, eye, tril masks)",
-    opt_outs=("transpose: takes no operands",),
+    opt_outs=("jvp: takes no operands", "batch: takes no operands", "transpose: takes no operands"),
 )
 
 
@@ -715,9 +710,9 @@ dim_size = Prim(
     bounds=lambda eqn, range_of: (eqn.params["dim"], dim_add(eqn.params["dim"], 1)),  # [n, n + 1)
     type_rule=lambda in_types, dim: (Type("i64"),),
     eval=lambda dim, env: (np.int64(dim_value(dim, env)),),
-    jvp=lambda b, p, t, dim: ([b.dim_size(dim=dim)], [None]),
-    batch=lambda b, ins, batched, size, dim: ([b.dim_size(dim=dim)], [False]),
+    jvp=None,  # (no operands: jvp and vmap bind it as it is)
+    batch=None,
     emit=lambda ctx, eqn: ctx.dim_size(eqn),
     doc="the value of a (symbolic) dimension, e.g. x.shape[0]",
-    opt_outs=("transpose: takes no operands",),
+    opt_outs=("jvp: takes no operands", "batch: takes no operands", "transpose: takes no operands"),
 )

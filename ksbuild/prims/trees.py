@@ -93,8 +93,9 @@ tree_walk = Prim(
     name="tree_walk",
     type_rule=_rule,
     eval=_eval,
-    jvp=lambda b, primals, tangents, **params: (b.bind(tree_walk, list(primals), params), [None]),
+    jvp=None,  # (integer results: transforms/jvp.py binds it as it is)
     batch=_batch,
     emit=_emit,
     doc="the leaf each row reaches in each tree of a forest (packed node tables)",
+    opt_outs=("jvp: integer results carry no tangent",),
 )

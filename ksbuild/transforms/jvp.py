@@ -2,13 +2,15 @@
 
 Requires: a verified Func. Guarantees: a Func whose params are the primals followed by one
 tangent per differentiable input, and whose results are the primal results followed by one
-tangent per float result (zeros instantiated). A tangent of None inside is a symbolic zero.
+tangent per float result (zeros instantiated). A tangent of None inside is a symbolic zero. An equation with no
+float result is bound as it is, as one with no tangent operand is: its prim's jvp rule runs only when a tangent goes
+in and a float result comes out.
 """
 from __future__ import annotations
 
 from typing import Sequence
 
-from ..errors import in_rule, located
+from ..errors import in_rule, located, rule
 from ..ir.builder import Builder
 from ..ir.core import Atom, Func, Var
 from ..prims.common import zeros
@@ -29,11 +31,12 @@ def jvp_eqns(b: Builder, f: Func, primals: Sequence[Atom], tangents: Sequence[At
     for eqn in f.eqns:
         ins, tins = [read(a) for a in eqn.ins], [tread(a) for a in eqn.ins]
         b.loc = eqn.loc
-        if all(t is None for t in tins):
+        if all(t is None for t in tins) or not any(v.type.is_float for v in eqn.outs):
+            # (no tangent comes in, or none goes out: an integer or bool result has no tangent)
             outs, touts = b.bind(eqn.prim, ins, dict(eqn.params)), [None] * len(eqn.outs)
         else:
             with located(eqn.loc), in_rule(eqn, "jvp"):
-                outs, touts = eqn.prim.jvp(b, ins, tins, **eqn.params)
+                outs, touts = rule(eqn.prim, "jvp")(b, ins, tins, **eqn.params)
         b.name_like(outs, eqn.outs)
         b.name_like(touts, eqn.outs, "d")
         for v, o, t in zip(eqn.outs, outs, touts):

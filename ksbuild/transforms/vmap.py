@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..errors import in_rule, located
+from ..errors import in_rule, located, rule
 from ..ir.builder import Builder
 from ..ir.core import Atom, Func, Var
 from ..ir.types import Dim, Type
@@ -34,7 +34,7 @@ def vmap_eqns(b: Builder, f: Func, args: Sequence[Atom], batched: Sequence[bool]
             outs, obts = b.bind(eqn.prim, ins, dict(eqn.params)), [False] * len(eqn.outs)
         else:
             with located(eqn.loc), in_rule(eqn, "batch"):
-                outs, obts = eqn.prim.batch(b, list(ins), list(bts), size, **eqn.params)
+                outs, obts = rule(eqn.prim, "batch")(b, list(ins), list(bts), size, **eqn.params)
         b.name_like(outs, eqn.outs)
         for v, o, bt in zip(eqn.outs, outs, obts):
             env[v] = (o, bt)

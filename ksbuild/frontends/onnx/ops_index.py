@@ -173,6 +173,8 @@ def bitcast(n: Node):
         x = n.b.convert(x, dtype="u8")
     if to == "bool":
         raise n.unsupported("BitCast to bool")
+    if to == x.type.dtype:  # (the same bits read as they are)
+        return [Val(x, None, to)]
     return [Val(n.b.bitcast(x, dtype=to), None, to)]
 
 
