@@ -72,8 +72,8 @@ int main(void) {
 
 @pytest.fixture(scope="module")
 def trees(tmp_path_factory):
-    """Two packages with a product and a convolution, installed with `ksbuild package` one after the other;
-    (install trees, the second build's progress lines)."""
+    """Two packages with a product and a convolution (kl_dense calls both: the whole float layer's object, which
+    kl_conv's build takes), installed with `ksbuild package` one after the other; (install trees, progress lines)."""
     from ksbuild.packaging.package import package
     root = tmp_path_factory.mktemp("kernel_layer")
     out, lines = {}, {}
@@ -85,9 +85,9 @@ def trees(tmp_path_factory):
         # built here, not found in the cache when another worker that runs this module built it first)
         worker = os.environ.get("PYTEST_XDIST_WORKER", "")
         text = MANIFEST.format(name=name, kernel=kernel)
-        if name == "kl_conv":  # (its dense export calls the products' part, which kl_dense's build compiled)
-            text = text.replace('conv = "conv"', 'conv = "conv"\ndense = "dense"') + \
-                '\n[kernels.dense]\npython = "k.py:dense"\n'
+        if name == "kl_dense":  # (a convolution too: its build compiles the whole float layer, which kl_conv takes)
+            text = text.replace('dense = "dense"', 'dense = "dense"\nconv = "conv"') + \
+                '\n[kernels.conv]\npython = "k.py:conv"\n'
         (d / "manifest.toml").write_text(text + f"\n# {worker}\n")
         said: list[str] = []
         out[name] = package(d / "manifest.toml", root / "dist" / name, progress=said.append)
@@ -99,10 +99,25 @@ def test_the_second_package_takes_the_kernel_layer_from_the_cache(trees):
     out, lines = trees
     said = "\n".join(lines["kl_conv"])
     assert "compiling kl_conv.cpp" in said, said  # (the package's own source is compiled)
-    assert "the kernel layer's matrix products" not in said, said  # (kl_dense's build compiled them)
-    assert "integer kernels" not in said, said  # (a part it does not call)
-    cached = list((Path(os.environ["KSBUILD_CACHE"]) / "kernels").glob("*/kernels_*.o"))
+    assert "the kernel layer" not in said, said  # (kl_dense's build compiled it)
+    cached = list((Path(os.environ["KSBUILD_CACHE"]) / "kernels").glob("*/kernels_*_convs.o"))
     assert cached, "no kernel layer objects in the cache"
+
+
+def test_a_package_compiles_the_parts_it_calls():
+    """render.kernel_parts: products alone for matrix products (and the BLAS backend's ks::gemm, which falls back to
+    them), the whole float layer (convs) for a convolution or a pooling with or without products, the integer kernels
+    beside either, nothing for loops alone."""
+    from ksbuild.packaging.render import kernel_objects, kernel_parts
+    assert kernel_parts("ks::tiled_gemm<float>(m, n, k, a, b, c)") == ("products",)
+    assert kernel_parts("ks::gemm<double>(m, n, k, a, b, c, false)") == ("products",)
+    assert kernel_parts("ks::packed_gemm<float>(..); ks::conv_as<float, ks::convs::method::few>(..)") == ("convs",)
+    assert kernel_parts("ks::max_pool<float>(s, 1, x, y, room)") == ("convs",)
+    assert kernel_parts("ks::qmatmul<uint8_t, int8_t>(..); ks::tiled_gemm<float>(..)") == ("products", "int8")
+    assert kernel_parts("ks::qpack_rows(m, k, 1, w, out)") == ("int8",)
+    assert kernel_parts("for (int64_t i = 0; i < n; ++i) y[i] = ks::max<float>(x[i], 0.0f);") == ()
+    assert kernel_objects(("x86-64", "x86-64-v3"), "", ("convs", "int8")) == [
+        "kernels_x86_64_convs.o", "kernels_x86_64_int8.o", "kernels_x86_64_v3_convs.o", "kernels_x86_64_v3_int8.o"]
 
 
 def test_two_packages_link_into_one_c_program_and_compute_what_numpy_does(trees, tmp_path):

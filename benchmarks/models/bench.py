@@ -168,11 +168,13 @@ def package(manifest: Path, out: Path, env: dict) -> float:
 
 
 def warm_kernel_layer(folder: Path, env: dict) -> float:
-    """Build a one-convolution package first, twice: the kernel layer's compile and the precompiled prelude's (once
-    per compiler and flags; a cache compiles the prelude header for its second package: CMakeLists.txt)."""
+    """Build a package of a convolution and a product first, twice: the compile of the kernel layer's two float parts
+    (convs, products) and of the precompiled prelude (once per compiler and flags; a cache compiles the prelude header
+    for its second package: CMakeLists.txt)."""
     import torch
     path = folder / "warmup.onnx"
-    torch.onnx.export(torch.nn.Conv2d(3, 8, 3), (torch.zeros(1, 3, 8, 8),), str(path), dynamo=False)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 4))
+    torch.onnx.export(net, (torch.zeros(1, 3, 8, 8),), str(path), dynamo=False)
     seconds = 0.0
     for n in (1, 2):
         (folder / f"warmup{n}.toml").write_text(WARMUP_MANIFEST.format(n=n))

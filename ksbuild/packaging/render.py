@@ -115,12 +115,16 @@ KERNEL_PART_CALLS = {
 }
 """The kernel layer's parts (ks/kernels.h, src/ks/kernels.cpp: one object each per level) and the calls in generated
 code that need each: a package of matrix products alone compiles the products' part only (a quarter of the layer's
-compile), a package of loops alone none. (ks::parts:: wrappers of `threads = N` builds call products and convs.)"""
+compile), a package of loops alone none. The convs part holds the products too (one translation unit: they share the
+register tiles and GCC's local copies of them, which two objects would each carry). (ks::parts:: wrappers of
+`threads = N` builds call products and convs.)"""
 
 
 def kernel_parts(source: str) -> tuple[str, ...]:
-    """The parts of the kernel layer a generated source calls, in the order the project compiles them."""
-    return tuple(part for part, call in KERNEL_PART_CALLS.items() if call.search(source))
+    """The parts of the kernel layer a generated source calls, in the order the project compiles them (the convs part
+    stands for the products too)."""
+    parts = [part for part, call in KERNEL_PART_CALLS.items() if call.search(source)]
+    return tuple(p for p in parts if not (p == "products" and "convs" in parts))
 
 
 def render_project(m: Manifest, exports: list[Export], out: Path, target: Target = TARGETS["host"]) -> None:

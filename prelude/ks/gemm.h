@@ -263,9 +263,10 @@ constexpr bool dot_products = true;
 #else
 constexpr bool prefetch_ahead = true;
 constexpr bool dot_products = false;
-// (noclone: in the matrix products' part of the layer compiled alone, GCC's copy of a block specialized for a
-// caller's constants had a frame of 560 B, the block's own 496)
-#if defined(__GNUC__) && !defined(__clang__)
+// (noclone in the matrix products' object, which compiles them alone (KS_KERNELS_PRODUCTS: ks/kernels.cpp): GCC's copy
+// of a block specialized for a caller's constants had a frame of 560 B there, the block's own 496; in the whole
+// layer's translation unit noclone made another block's frame 560 B)
+#if defined(KS_KERNELS_PRODUCTS) && defined(__GNUC__) && !defined(__clang__)
 #define KS_BLOCK inline __attribute__((noclone))
 #else
 #define KS_BLOCK inline

@@ -32,10 +32,10 @@ inline namespace KS_KERNELS KS_HIDDEN {
                                              const T*, T*, T*, const epilogue<T>&);
 
 // The kernels the layer compiles, for one element type T; PREFIX is `extern template` (here, for the
-// generated code) or `template` (src/ks/kernels.cpp, which instantiates them). Two parts, each an object of its own
-// (kernels_<level>_products.o, kernels_<level>_convs.o), so that a package of matrix products alone (an MLP, a
-// transformer, most derivative code) compiles a quarter of the layer: the products, and the convolutions with
-// pooling.
+// generated code) or `template` (src/ks/kernels.cpp, which instantiates them). Two objects: the products
+// (kernels_<level>_products.o), which a package of matrix products alone (an MLP, a transformer, most derivative code)
+// compiles, a quarter of the layer, and the whole layer (kernels_<level>_convs.o: the convolutions, pooling and the
+// products, which share the register tiles), which a package that calls a convolution compiles.
 #define KS_PRODUCTS_LAYER(PREFIX, T)                                                                             \
     PREFIX void tiled_gemm<T>(int64_t, int64_t, int64_t, matrix<const T>, matrix<const T>, matrix<T>, bool, T*,   \
                               const epilogue<T>&);                                                                \
