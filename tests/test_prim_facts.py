@@ -237,27 +237,36 @@ def test_the_int_valued_prims_are_tested():
     assert sorted(n for n, p in PRIMS.items() if p.int_value is not None) == sorted(INT_VALUED)
 
 
-@pytest.mark.parametrize("name", INT_VALUED)
-def test_int_value_rule_is_the_value(name):
-    """Prim.int_value: wherever it gives a value (x of -4..6 against the literals -3, 0, 2 on either side, its sign
-    known), that is what the interpreter computes (codegen/int_signs.py drops an index's clamp by it: max(n, 0) is n
-    for n >= 0); and it gives one somewhere."""
+def _integer_cases(name: str, literals):
+    """(f, v, case) for the binary integer prim `name`: f(x) = name(x, c) and name(c, x) for each literal c, each at
+    x = v for v in -4..6 (the cases of the int_value and nonneg rules' tests)."""
     from ksbuild.ir.core import Lit
-    i64, given = Type("i64"), 0
-    for c in (-3, 0, 2):
+    i64 = Type("i64")
+    for c in literals:
         for x_first in (True, False):
             x = Var(i64, "x")
             b = Builder()
             ins = [x, Lit(c, i64)] if x_first else [Lit(c, i64), x]
             f = b.func("f", [x], list(b.bind(PRIMS[name], ins, {})))
             for v in range(-4, 7):
-                def value_of(a):
-                    return int(a.value) if isinstance(a, Lit) else v
+                yield f, v, (c, x_first, v)
 
-                got = PRIMS[name].int_value(f.eqns[0], value_of, lambda a: value_of(a) >= 0)
-                if got is not None:
-                    given += 1
-                    assert got == int(eval_func(f, [v])[0]), (c, x_first, v)
+
+@pytest.mark.parametrize("name", INT_VALUED)
+def test_int_value_rule_is_the_value(name):
+    """Prim.int_value: wherever it gives a value (x of -4..6 against the literals -3, 0, 2 on either side, its sign
+    known), that is what the interpreter computes (codegen/int_signs.py drops an index's clamp by it: max(n, 0) is n
+    for n >= 0); and it gives one somewhere."""
+    from ksbuild.ir.core import Lit
+    given = 0
+    for f, v, case in _integer_cases(name, (-3, 0, 2)):
+        def value_of(a):
+            return int(a.value) if isinstance(a, Lit) else v
+
+        got = PRIMS[name].int_value(f.eqns[0], value_of, lambda a: value_of(a) >= 0)
+        if got is not None:
+            given += 1
+            assert got == int(eval_func(f, [v])[0]), case
     assert given, f"the int_value rule of {name} gives no value on any case"
 
 
@@ -442,17 +451,11 @@ def test_nonneg_rule_is_never_wrong(name):
     operand's sign known), the interpreter's value is (codegen/int_signs.py clamps a never negative index from above
     only, and divides one by a shift); and it says so somewhere."""
     from ksbuild.ir.core import Lit
-    i64, said = Type("i64"), 0
-    for c in (-3, 2, 5):
-        for x_first in (True, False):
-            x = Var(i64, "x")
-            b = Builder()
-            ins = [x, Lit(c, i64)] if x_first else [Lit(c, i64), x]
-            f = b.func("f", [x], list(b.bind(PRIMS[name], ins, {})))
-            for v in range(-4, 7):
-                if PRIMS[name].nonneg(f.eqns[0], lambda a: (a.value if isinstance(a, Lit) else v) >= 0):
-                    said += 1
-                    assert int(eval_func(f, [v])[0]) >= 0, (c, x_first, v)
+    said = 0
+    for f, v, case in _integer_cases(name, (-3, 2, 5)):
+        if PRIMS[name].nonneg(f.eqns[0], lambda a: (a.value if isinstance(a, Lit) else v) >= 0):
+            said += 1
+            assert int(eval_func(f, [v])[0]) >= 0, case
     assert said, f"the nonneg rule of {name} says no result is >= 0 on any case"
 
 
