@@ -75,7 +75,16 @@ def _cache(tmp_path_factory):
         # (the session's cache is thrown away after the run: no size limit, so that what one test built stays there
         # for the next; tests/test_cache_entries.py checks the limit)
         os.environ.setdefault("KSBUILD_CACHE_MAX_SIZE", "0")
+    # Packages are built for this machine's CPU alone, as ksbuild.build builds them (one compile instead of one per
+    # x86-64 level): the tests of the portable build, its levels and their run-time choice say portable_build.
+    os.environ.setdefault("KSBUILD_HERE", "1")
     yield
+
+
+@pytest.fixture
+def portable_build(monkeypatch):
+    """For a test of `ksbuild package`'s portable build (every x86-64 level, chosen at run time)."""
+    monkeypatch.setenv("KSBUILD_HERE", "0")
 
 
 @pytest.fixture(autouse=True)

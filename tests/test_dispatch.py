@@ -143,6 +143,23 @@ def test_the_python_api_builds_for_this_machine(manifest):
     _check_against_torch(portable)
 
 
+def test_ksbuild_here_builds_for_this_machine(manifest, monkeypatch):
+    """$KSBUILD_HERE=1 (which the suite sets): `ksbuild package` compiles what ksbuild.build does, this machine's
+    level alone, under its own key; 0 or unset: the portable build; another value is refused, naming the variable."""
+    from ksbuild.errors import KsbuildError
+    from ksbuild.packaging.package import planned
+    monkeypatch.setenv("KSBUILD_HERE", "1")
+    m, _, here = planned(manifest)
+    assert m.build.cpu == host_level()
+    monkeypatch.setenv("KSBUILD_HERE", "0")
+    m, _, portable = planned(manifest)
+    assert m.build.cpu == "" and portable != here
+    assert planned(manifest, here=True)[2] == here  # (an explicit here wins over the variable)
+    monkeypatch.setenv("KSBUILD_HERE", "yes")
+    with pytest.raises(KsbuildError, match="KSBUILD_HERE='yes'"):
+        planned(manifest)
+
+
 @pytest.mark.parametrize("target, cpu, backend", [("host", "native", "plain"), ("host", "x86-64-v3", "plain"),
                                                   ("host", "", "aten"), ("aarch64-linux-gnu", "", "plain"),
                                                   ("cortex-m4", "", "plain")])

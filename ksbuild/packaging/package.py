@@ -182,14 +182,11 @@ def render(manifest: str | Path, out: Path, progress: Callable[[str], None] = pr
 
 def package(manifest: str | Path, out: str | Path | None = None, *, target: str = "host", jobs: int | None = None,
             python_module: bool = False, progress: Callable[[str], None] = print,
-            backend: str | None = None, here: bool = False) -> Path:
+            backend: str | None = None, here: bool | None = None) -> Path:
     """Render, build and install; returns the install tree (reused when nothing changed). here: for this
-    machine's CPU alone (`for_here`)."""
-    m = load_manifest(manifest, backend, target)
-    t = resolve_target(m, target, python_module)
-    m = for_here(m, t) if here else m
+    machine's CPU alone (`for_here`); None: as $KSBUILD_HERE says (`here_by_default`)."""
+    m, t, key = planned(manifest, target, backend, python_module, here)
     out = Path(out) if out is not None else Path.cwd() / "dist" / m.name
-    key = content_hash(m, t.name, ("py " if python_module else "") + m.build.cpu)
     if _is_current(out, m.name, key):
         _touch_used(key, out)
         progress(f"ksbuild: {out} is up to date")
@@ -214,6 +211,16 @@ def package(manifest: str | Path, out: str | Path | None = None, *, target: str 
     return out
 
 
+def planned(manifest: str | Path, target: str = "host", backend: str | None = None, python_module: bool = False,
+            here: bool | None = None) -> tuple[Manifest, Target, str]:
+    """What package() builds: the manifest (for this machine's CPU where `here`, or $KSBUILD_HERE, says so), the
+    target, and the build's cache key."""
+    m = load_manifest(manifest, backend, target)
+    t = resolve_target(m, target, python_module)
+    m = for_here(m, t) if (here_by_default() if here is None else here) else m
+    return m, t, content_hash(m, t.name, ("py " if python_module else "") + m.build.cpu)
+
+
 def keep_cache_bounded(keep: list[Path], progress) -> None:
     """After a build: remove the least recently used cache items beyond $KSBUILD_CACHE_MAX_SIZE (not `keep`,
     what the build made and used), and say so in one line."""
@@ -221,6 +228,17 @@ def keep_cache_bounded(keep: list[Path], progress) -> None:
     if done.removed:
         progress(f"ksbuild: the build cache was above its limit ({cache.limit_text()}): removed "
                  f"{len(done.removed)} least recently used item(s), {done.freed / 2**20:.0f} MiB")
+
+
+def here_by_default() -> bool:
+    """$KSBUILD_HERE=1: `ksbuild package` (and package()) build for this machine's CPU alone, as ksbuild.build does:
+    on x86-64, one compile at this machine's level instead of one per level with a run-time choice. For quick
+    iterations and test runs; the package then needs this CPU's level (`[build] cpu` set in the manifest wins).
+    Unset or 0: the portable build. Any other value is refused."""
+    value = os.environ.get("KSBUILD_HERE", "").strip()
+    if value not in ("", "0", "1"):
+        raise KsbuildError(f"KSBUILD_HERE={value!r}: expected 1 (build for this machine's CPU alone) or 0")
+    return value == "1"
 
 
 def for_here(m: Manifest, t: Target) -> Manifest:
