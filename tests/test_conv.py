@@ -321,9 +321,9 @@ def test_blas_on_several_threads_keeps_winograd_sized_convolutions_on_the_blas(t
 
 
 def test_winograd_float32_against_the_loops():
-    """ks::conv_winograd in float32 (cpu = "native": the widest vectors) against the direct convolution of the
-    same kernel, over sizes whose tile blocks end mid-row and outputs of odd sides; infinite and huge inputs
-    as a direct convolution has them (found by the held-out red-team pass)."""
+    """ks::conv_winograd in float32 (built for this machine's level, as ksbuild.build does: the widest vectors)
+    against the direct convolution of the same kernel, over sizes whose tile blocks end mid-row and outputs of odd
+    sides; infinite and huge inputs as a direct convolution has them (found by the held-out red-team pass)."""
     import tempfile
     from pathlib import Path
 
@@ -337,7 +337,7 @@ def test_winograd_float32_against_the_loops():
                '    return F.conv2d(x, w, padding=1)\n\n\n'
                'def wide(x: "f32[n, 72, 9, 13]", w: "f32[120, 72, 3, 3]") -> "f32[n, 120, 9, 13]":\n'
                '    return F.conv2d(x, w, padding=1)\n')
-    manifest = ('[package]\nname = "wino32"\n[build]\ncpu = "native"\n[kernels.big]\npython = "k.py:big"\n'
+    manifest = ('[package]\nname = "wino32"\n[kernels.big]\npython = "k.py:big"\n'
                 '[kernels.wide]\npython = "k.py:wide"\n[exports]\nbig = "big"\nwide = "wide"\n')
     with tempfile.TemporaryDirectory() as d:
         pkg, src = build_kernel_file(Path(d), kernels, manifest, "wino32")
@@ -479,10 +479,11 @@ def const_wt(x: "float[n, 3]") -> "float[n, 5]":
 '''
 
 
-def test_a_small_constant_weight_builds_for_the_native_instruction_set(tmp_path):
+def test_a_small_constant_weight_builds_for_this_machines_level(tmp_path):
     """A 5 x 3 constant weight is one panel, printed as a small C++ array; GCC's -Warray-bounds once rejected
-    the tiles' branches for more panels (found by the held-out red-team pass, float32 with cpu = "native")."""
-    manifest = ('[package]\nname = "constwt"\n[build]\ndtype = "float32"\ncpu = "native"\n'
+    the tiles' branches for more panels (found by the held-out red-team pass, float32 with cpu = "native"; built here
+    for this machine's level, AVX-512's tiles on x86-64-v4, which shares the kernel layer with the other builds)."""
+    manifest = ('[package]\nname = "constwt"\n[build]\ndtype = "float32"\n'
                 '[kernels.const_wt]\npython = "k.py:const_wt"\n[exports]\nconst_wt = "const_wt"\n')
     pkg, src = build_kernel_file(tmp_path, SMALL_CONSTANT, manifest, "small_constant")
     x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
@@ -566,10 +567,11 @@ def test_a_convolution_in_a_scalar_function(tmp_path):
     assert pkg.small_grad(0.5) == pytest.approx(s.grad.item(), rel=1e-5)
 
 
-def test_inverted_residual_vjp_builds_for_the_native_instruction_set(tmp_path):
+def test_inverted_residual_vjp_builds_for_this_machines_level(tmp_path):
     """A MobileNetV2 inverted residual (1×1, depthwise 3×3, 1×1 with folded batch norms and relu6) and its vjp,
-    built with cpu = "native": with AVX-512, GCC 12 stopped the build on a false 'row may be used uninitialized'
-    in ks/gemm.h's store (held-out pass over dynamo ONNX exports); values and gradients against torch."""
+    built for this machine's level (x86-64-v4 here; found with cpu = "native"): with AVX-512, GCC 12 stopped the
+    build on a false 'row may be used uninitialized' in ks/gemm.h's store (held-out pass over dynamo ONNX exports);
+    values and gradients against torch."""
     import warnings
     pytest.importorskip("onnx")
     from torch import nn
@@ -598,7 +600,7 @@ def test_inverted_residual_vjp_builds_for_the_native_instruction_set(tmp_path):
         torch.onnx.export(model, (torch.randn(2, 8, 6, 6),), str(tmp_path / "ir.onnx"), dynamo=False,
                           input_names=["x"], output_names=["y"],
                           dynamic_axes={"x": {0: "b", 2: "h", 3: "w"}, "y": {0: "b", 2: "h", 3: "w"}})
-    (tmp_path / "manifest.toml").write_text('[package]\nname = "ir_native"\n[build]\ncpu = "native"\n'
+    (tmp_path / "manifest.toml").write_text('[package]\nname = "ir_native"\n'
                                             '[kernels.ir]\nonnx = "ir.onnx"\n'
                                             '[exports]\nir = "ir"\nir_vjp = "vjp(ir)"\n')
     pkg = ksbuild.build(tmp_path / "manifest.toml")

@@ -13,8 +13,8 @@ import contextlib
 import hashlib
 import importlib.util
 import json
-import re
 import os
+import re
 import shutil
 import tempfile
 import time
