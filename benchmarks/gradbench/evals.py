@@ -158,9 +158,10 @@ def ht_arguments(inp: dict) -> tuple:
 
 def ht_calls(pkg, function: str, inp: dict) -> tuple[Call, Callable]:
     """objective: the errors [3 c]; jacobian: [3 c, 26], or for the complicated variant (us given) [3 c, 2 + 26],
-    the us columns first (jacfwd in a shift du = 0 of every u_i, see ht.py). The pose's 6 columns (and the us
-    columns) come from jacfwd, the 20 finger angles' from a few forward directions, each the sum of columns that
-    no row shares (ht_finger_seeds: made from the model once per message, as the arrays are)."""
+    the us columns first (jacfwd in a shift du = 0 of every u_i, see ht.py). One export, jacfwd of ht.py's
+    *_error_dirs in (pose, (du,) eps): the pose's 6 columns (and the us columns), which never reach the skinning,
+    and the 20 finger angles' columns compressed into k directions, each the sum of columns that no row shares
+    (ht_finger_seeds: made from the model once per message, as the arrays are), one posing for all of them."""
     args, c = ht_arguments(inp), len(inp["data"]["correspondences"])
     simple = len(inp["us"]) == 0
     if function == "objective":
@@ -169,36 +170,45 @@ def ht_calls(pkg, function: str, inp: dict) -> tuple[Call, Callable]:
         return lambda: export(*args, out=err), lambda e: e.ravel().tolist()
     pattern = ht_finger_pattern(inp)
     seeds, color = ht_finger_seeds(pattern)
-    split = (args[0][:6], args[0][6:]) + args[1:]
     k, first = len(seeds), 0 if simple else 2
-    buffer = np.zeros(3 * c * (first + 6) + k * 3 * c + 1)  # the exports' outputs, then a 0
-    J_us, J_pose, J_dirs = np.split(buffer[:-1], np.cumsum([3 * c * first, 3 * c * 6]))
-    J_us, J_pose, J_dirs = J_us.reshape(c, 3, first), J_pose.reshape(c, 3, 6), J_dirs.reshape(k, c, 3)
+    theta, eps = args[0], np.zeros(k)
+    if simple:
+        dirs_args = (theta[:6], eps, theta[6:], seeds) + args[1:]
+    else:
+        dirs_args = (theta[:6], args[1], eps, theta[6:], seeds) + args[2:]
+    buffer = np.zeros(3 * c * (6 + first + k))  # the export's outputs
+    J_pose, J_us, J_dirs = np.split(buffer, np.cumsum([3 * c * 6, 3 * c * first]))
+    outs = (J_pose.reshape(c, 3, 6),) + ((J_us.reshape(c, 3, first),) if first else ()) + (J_dirs.reshape(c, 3, k),)
+    # the dense columns are copied as blocks; of the finger columns only the pattern's entries are written (the
+    # rest stays 0 from here): 3 x 590 entries on hand3 where a take of the whole [600, 28] read 16 800
     where = ht_jacobian_places(pattern, color, first)
-    J = np.empty(where.shape)
+    finger = np.zeros(where.shape, dtype=bool)
+    finger[:, first + 6:] = where[:, first + 6:] >= 0
+    places = np.flatnonzero(finger)
+    sources = where.ravel()[places]
+    J = np.zeros(where.shape)
+    J_flat, pose_rows, us_rows = J.reshape(-1), J_pose.reshape(3 * c, 6), J_us.reshape(3 * c, first)
+    export = pkg.ht_simple_Jdirs if simple else pkg.ht_complicated_Jdirs
 
     def jacobian():
-        if simple:
-            pkg.ht_simple_Jpose(*split, out=J_pose)
-            pkg.ht_simple_Jfingers(*split, seeds, out=J_dirs)
-        else:
-            pkg.ht_complicated_Jpose(*split, out=(J_pose, J_us))
-            pkg.ht_complicated_Jfingers(*split, seeds, out=J_dirs)
-        return np.take(buffer, where, out=J)
+        export(*dirs_args, out=outs)
+        J[:, :first] = us_rows
+        J[:, first:first + 6] = pose_rows
+        J_flat[places] = buffer[sources]
+        return J
     return jacobian, lambda J: J.tolist()
 
 
 def ht_jacobian_places(pattern: np.ndarray, color: np.ndarray, first: int) -> np.ndarray:
-    """[3 c, first + 26]: where each entry of the Jacobian is in ht_calls' buffer (the us columns [c, 3, first], the
-    pose's [c, 3, 6], the directions' [k, c, 3], then a 0): a finger column j at row i is its colour's direction at
-    row i where pattern[i, j], else the 0."""
-    c = pattern.shape[0]
+    """[3 c, first + 26]: where each entry of the Jacobian is in ht_calls' buffer (the pose's columns [c, 3, 6], the
+    us columns [c, 3, first], the directions' [c, 3, k]): a finger column j at row i is its colour's direction at
+    row i where pattern[i, j], else -1 (a 0)."""
+    c, k = pattern.shape[0], int(color.max(initial=-1)) + 1
     rows = np.arange(3 * c)[:, None]  # 3 i + axis
-    us = rows * first + np.arange(first)[None, :]
-    pose = 3 * c * first + rows * 6 + np.arange(6)[None, :]
-    dirs = 3 * c * (first + 6) + color[None, :] * 3 * c + rows
-    zero = 3 * c * (first + 6) + (color.max(initial=-1) + 1) * 3 * c
-    fingers = np.where(np.repeat(pattern, 3, axis=0), dirs, zero)
+    pose = rows * 6 + np.arange(6)[None, :]
+    us = 3 * c * 6 + rows * first + np.arange(first)[None, :]
+    dirs = 3 * c * (6 + first) + rows * k + color[None, :]
+    fingers = np.where(np.repeat(pattern, 3, axis=0), dirs, -1)
     return np.concatenate([us, pose, fingers], axis=1)
 
 

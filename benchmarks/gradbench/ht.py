@@ -127,3 +127,26 @@ def complicated_error_split(pose: "float[6]", fingers: "float[20]", du: "float[2
     u = us + du
     u0, u1 = u[:, 0:1], u[:, 1:2]
     return points - (u0 * corners[:, 0] + u1 * corners[:, 1] + (1.0 - u0 - u1) * corners[:, 2])
+
+
+def simple_error_dirs(pose: "float[6]", eps: "float[k]", fingers: "float[20]", seeds: "float[k, 20]",
+                      parents: "int[22]", base_relatives: "float[22, 4, 4]", inverse_base_absolutes: "float[22, 4, 4]",
+                      base_positions: "float[V, 4]", weights: "float[V, 22]", mirror: "float[3]",
+                      correspondences: "int[c]", points: "float[c, 3]") -> "float[c, 3]":
+    """simple_error_split at fingers + eps @ seeds (eps = 0: the tool passes zeros), so that one jacfwd in
+    (pose, eps) gives the pose's 6 columns and the k compressed finger directions (row j of seeds, evals.ht_calls)
+    with one posing: jacfwd takes each argnum's directions apart, so the pose's never reach the skinning."""
+    return simple_error_split(pose, fingers + eps @ seeds, parents, base_relatives, inverse_base_absolutes,
+                              base_positions, weights, mirror, correspondences, points)
+
+
+def complicated_error_dirs(pose: "float[6]", du: "float[2]", eps: "float[k]", fingers: "float[20]",
+                           seeds: "float[k, 20]", us: "float[c, 2]", parents: "int[22]",
+                           base_relatives: "float[22, 4, 4]", inverse_base_absolutes: "float[22, 4, 4]",
+                           base_positions: "float[V, 4]", weights: "float[V, 22]", mirror: "float[3]",
+                           triangles: "int[T, 3]", correspondences: "int[c]", points: "float[c, 3]") -> "float[c, 3]":
+    """complicated_error_split at fingers + eps @ seeds, as simple_error_dirs: jacfwd in (pose, du, eps) is the
+    whole compressed Jacobian ([c, 3, 6], [c, 3, 2], [c, 3, k]) in one call."""
+    return complicated_error_split(pose, fingers + eps @ seeds, du, us, parents, base_relatives,
+                                   inverse_base_absolutes, base_positions, weights, mirror, triangles,
+                                   correspondences, points)
