@@ -382,8 +382,8 @@ qmatmul = Prim(
 def _qpack_rule(in_types, layout, groups, width=COLS, sums=True, align=ALIGN):
     (w,) = in_types
     if w.dtype != "i8" or not all(isinstance(d, int) for d in w.shape) or (layout == "columns" and w.rank != 2) or \
-            layout not in ("rows", "columns") or width not in (COLS, NARROW_COLS) or (not sums and layout != "columns") \
-            or align not in (ALIGN, NARROW_ALIGN):
+            layout not in ("rows", "columns") or width not in (COLS, NARROW_COLS) or \
+            (not sums and layout != "columns") or align not in (ALIGN, NARROW_ALIGN):
         raise KsbuildError(f"qpack of {w} ({layout}, width {width}, sums {sums}, align {align}): expected literal i8 "
                            "weights")
     return (Type("u8", (packed_bytes(layout, w.shape, groups, width, sums, align),)),)
