@@ -281,12 +281,8 @@ inline void store_raw(const int32_t* acc, const tile_out& o) {
     }
 }
 
-// The sums acc [8][32] stored as o says.
-inline void store_sums(const int32_t* acc, const tile_out& o) {
-    if (o.sums) {
-        store_raw(acc, o);
-        return;
-    }
+// The sums acc [8][32] plus their offsets, requantized (every store but ks::qmatmul's with int32 results).
+inline void store_requantized(const int32_t* acc, const tile_out& o) {
     for (conv_dim r = 0; r < o.live; ++r) {
         const int32_t* a = acc + r * cols;
         uint8_t* y = o.y + r * o.ld;
@@ -305,6 +301,15 @@ inline void store_sums(const int32_t* acc, const tile_out& o) {
             }
         }
     }
+}
+
+// The sums acc [8][32] stored as o says.
+inline void store_sums(const int32_t* acc, const tile_out& o) {
+    if (o.sums) {
+        store_raw(acc, o);
+        return;
+    }
+    store_requantized(acc, o);
 }
 
 // A tile: sums over q quads of a [quad][8][4] (the broadcast operand) times b [quad][32][4]; SWAP says which one
@@ -392,7 +397,11 @@ void tile_dsp(const uint8_t* a, const uint8_t* b, conv_dim q, const tile_out& o)
             out[3] = s3;
         }
     }
-    store_sums(acc, o);
+    if (SWAP) {
+        store_sums(acc, o);
+    } else {  // (a convolution's tile: never int32 results, so a microcontroller's program need not link store_raw)
+        store_requantized(acc, o);
+    }
 }
 #endif
 
