@@ -513,6 +513,44 @@ def test_without_a_vector_unit_an_integer_products_weights_are_packed_4_columns_
     np.testing.assert_array_equal(results[0], results[1])
 
 
+def test_without_a_vector_unit_packed_weights_are_padded_to_8_bytes():
+    """On a Cortex-M (transforms/narrow_qpacks.py) the packed weights' tiles, sums and groups are padded to 8 bytes
+    (ks::qtile::pack_align there), not 64: a grouped convolution of 2 groups of 4 output channels over 3 × 3 × 3 taps
+    packs each group as 8 rows of 28 bytes (224) and 4 sums (16 -> 16), 480 B instead of 640; the packed bytes hold
+    the same weights and the convolution computes what it computes with a vector unit (the interpreter reads each
+    group at its own offset: fails with the groups' stride of the other padding)."""
+    from ksbuild.ir.builder import Builder
+    from ksbuild.ir.core import Var
+    from ksbuild.ir.dense import Dense
+    from ksbuild.ir.types import Type
+    from ksbuild.prims.qlinear import packed_bytes, qconv, unpack
+    from ksbuild.transforms.pipeline import lower
+    rng = np.random.default_rng(3)
+    w = rng.integers(-128, 128, (8, 3, 3, 3)).astype(np.int8)
+    bias = rng.integers(-500, 500, 8).astype(np.int32)
+    scale = np.array([0.003], np.float32)
+
+    def conv(b):
+        x = Var(Type("u8", (1, 6, 7, 7)), "x")
+        consts = [b.constant(value=Dense.of(v)) for v in (w, bias, scale)]
+        params = dict(strides=(1, 1), pads=(1, 1, 1, 1), dilations=(1, 1), groups=2, x_zero=9, y_zero=3, lo=0,
+                      hi=255, out="u8")
+        (y,) = b.bind(qconv, [x, *consts], params)
+        return b.func("conv", [x], [y])
+    args = [rng.integers(0, 256, (1, 6, 7, 7)).astype(np.uint8)]
+    results = []
+    for vectors, align, size in ((True, 64, 640), (False, 8, 480)):
+        g = lower(conv(Builder()), Options(backend="plain", vectors=vectors), after="layout_constants")
+        verify(g)
+        (c,) = [e for e in g.eqns if e.prim.name == "qconv"]
+        assert c.params["packed"] and c.params.get("align", 64) == align
+        packed = next(e for e in g.eqns if e.outs[0] is c.ins[1]).params["value"].array()
+        assert packed.size == packed_bytes("rows", w.shape, 2, align=align) == size
+        assert np.array_equal(unpack(packed, "rows", w.shape, 2, align=align), w)
+        results.append(eval_func(g, args)[0])
+    np.testing.assert_array_equal(results[0], results[1])
+
+
 def test_fuse_keeps_the_written_order_of_a_nest_only_the_results_read():
     """A loop nest whose values only the function's results read (a jvp's z and dz, step by step) keeps the order the
     equations were written in: z_k, dz_k, z_k+1, ..., not the whole z chain first, whose every value the dz chain

@@ -236,7 +236,8 @@ def main(argv=None) -> int:
         old = ksbuild.load(work / "A")
     head = f"{'model':<26}" + (f"{'A ms':>9}" if old else "") + f"{'ksbuild ms':>11}{'ort ms':>9}"
     head += (f"{'A/ort':>7}" if old else "") + f"{'ratio':>7}{'= ort':>8}{'top-1':>7}{'max err':>9}"
-    print(f"# clock {args.clock}, 1 thread, median of {args.repeats} round-robin samples")
+    print(f"# clock {args.clock}, 1 thread, median of {args.repeats} round-robin samples, load average "
+          f"{os.getloadavg()[0]:.1f} (a row's ratio moves with the load: docs/quantization.md, the LSTM)")
     print(head)
     for name, (path, shape, model) in variants.items():
         sess = ort.InferenceSession(str(path), one_thread_options(), providers=["CPUExecutionProvider"])
@@ -258,6 +259,7 @@ def main(argv=None) -> int:
         row = f"{name:<26}" + (f"{times[2] * 1e3:>9.3f}" if old else "") + f"{ks_t * 1e3:>11.3f}{ort_t * 1e3:>9.3f}"
         row += (f"{times[2] / ort_t:>7.2f}" if old else "") + f"{ks_t / ort_t:>7.2f}{same:>8.3f}{top1:>7}{err:>9}"
         print(row, flush=True)
+    print(f"# load average at the end {os.getloadavg()[0]:.1f}")
     return 0
 
 

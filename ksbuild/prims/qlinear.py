@@ -30,7 +30,9 @@ qpack[layout, groups](w) -> bytes
     (transforms/narrow_qpacks.py: constant weights whose product's x_zero it folds into the bias; that qmatmul has
     sums = False too, and x_zero 0 for u8 activations, -128 for i8). select_backend makes qconv and qmatmul read their
     weights through a qpack (param packed = True, the weights' shape in `kernel`); layout_constants packs constant
-    weights when the package is compiled, so nothing is packed at run time.
+    weights when the package is compiled, so nothing is packed at run time. The tiles, the sums and each group's
+    weights are padded to multiples of param align bytes: 64, and 8 on a microcontroller (transforms/narrow_qpacks.py
+    sets align = 8 on every qpack and on the qconv and qmatmul reading one: ks::qtile::pack_align there).
 
 scale is x_scale · w_scale / y_scale in f32 (the frontend computes it as onnxruntime does); lo and hi are the
 output type's range, narrowed by a Relu or Clip folded into the operator. The arithmetic is onnxruntime's
@@ -75,20 +77,21 @@ def _check_requant(what: str, x: Type, w: Type, bias: Type, scale: Type, channel
 
 ROWS, COLS = 8, 32  # the register tile (ks::qtile::rows, ks::qtile::cols)
 NARROW_COLS = 4  # a product's packed columns on an M-profile core (ks::qtile::product_cols there)
+ALIGN, NARROW_ALIGN = 64, 8  # packed weights' padding (ks::qtile::pack_align), and an M-profile core's
 
 
 def _round_up(n: int, to: int) -> int:
     return (n + to - 1) // to * to
 
 
-def _padded(a: np.ndarray) -> np.ndarray:
-    """The bytes of a, zeros after them up to a multiple of 64."""
+def _padded(a: np.ndarray, align: int) -> np.ndarray:
+    """The bytes of a, zeros after them up to a multiple of align."""
     a = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-    return np.concatenate([a, np.zeros(_round_up(a.size, 64) - a.size, np.uint8)])
+    return np.concatenate([a, np.zeros(_round_up(a.size, align) - a.size, np.uint8)])
 
 
-def _tiles(w2: np.ndarray, width: int, sums: bool = True) -> np.ndarray:
-    """w2 [n, depth] int8 packed [tile][quad][width][4] as bytes, zeros past the ends, padded to 64 bytes, then
+def _tiles(w2: np.ndarray, width: int, sums: bool = True, align: int = ALIGN) -> np.ndarray:
+    """w2 [n, depth] int8 packed [tile][quad][width][4] as bytes, zeros past the ends, padded to `align` bytes, then
     (sums) its rows' sums as int32 (little-endian, as the targets are), padded alike (ks::qtile::pack_weights)."""
     n, depth = w2.shape
     q = (depth + 3) // 4
@@ -96,8 +99,8 @@ def _tiles(w2: np.ndarray, width: int, sums: bool = True) -> np.ndarray:
     buf[:n, :depth] = w2
     flat = buf.reshape(-1, width, q, 4).transpose(0, 2, 1, 3)
     if not sums:
-        return _padded(flat)
-    return np.concatenate([_padded(flat), _padded(w2.astype(np.int32).sum(1).astype("<i4"))])
+        return _padded(flat, align)
+    return np.concatenate([_padded(flat, align), _padded(w2.astype(np.int32).sum(1).astype("<i4"), align)])
 
 
 def _untiles(packed: np.ndarray, n: int, depth: int, width: int) -> np.ndarray:
@@ -107,38 +110,42 @@ def _untiles(packed: np.ndarray, n: int, depth: int, width: int) -> np.ndarray:
     return tiles.reshape(-1, 4 * q)[:n, :depth]
 
 
-def packed_bytes(layout: str, kernel: tuple, groups: int, width: int = COLS, sums: bool = True) -> int:
+def packed_bytes(layout: str, kernel: tuple, groups: int, width: int = COLS, sums: bool = True,
+                 align: int = ALIGN) -> int:
     """The bytes of weights of shape `kernel` packed in `layout` (columns in tiles of `width`, then their sums
-    unless `sums` is false)."""
+    unless `sums` is false; each part padded to `align` bytes)."""
     if layout == "columns":
         k, n = kernel
-        return _round_up(_round_up(n, width) * 4 * ((k + 3) // 4), 64) + (_round_up(4 * n, 64) if sums else 0)
+        return _round_up(_round_up(n, width) * 4 * ((k + 3) // 4), align) + (_round_up(4 * n, align) if sums else 0)
     m, depth = kernel[0] // groups, int(np.prod(kernel[1:]))
-    return groups * (_round_up(_round_up(m, ROWS) * 4 * ((depth + 3) // 4), 64) + _round_up(4 * m, 64))
+    return groups * (_round_up(_round_up(m, ROWS) * 4 * ((depth + 3) // 4), align) + _round_up(4 * m, align))
 
 
-def pack(w: np.ndarray, layout: str, groups: int, width: int = COLS, sums: bool = True) -> np.ndarray:
+def pack(w: np.ndarray, layout: str, groups: int, width: int = COLS, sums: bool = True,
+         align: int = ALIGN) -> np.ndarray:
     """Weights as the kernels read them (qpack)."""
     if layout == "columns":
-        return _tiles(w.T, width, sums)
+        return _tiles(w.T, width, sums, align)
     m = w.shape[0] // groups
     flat = w.reshape(w.shape[0], -1)
-    return np.concatenate([_tiles(flat[g * m:(g + 1) * m], ROWS) for g in range(groups)])
+    return np.concatenate([_tiles(flat[g * m:(g + 1) * m], ROWS, align=align) for g in range(groups)])
 
 
-def unpack(packed: np.ndarray, layout: str, kernel: tuple, groups: int, width: int = COLS) -> np.ndarray:
+def unpack(packed: np.ndarray, layout: str, kernel: tuple, groups: int, width: int = COLS,
+           align: int = ALIGN) -> np.ndarray:
     """The weights of shape `kernel` that `pack` packed."""
     if layout == "columns":
         k, n = kernel
         return _untiles(packed, n, k, width).T
     m, depth = kernel[0] // groups, int(np.prod(kernel[1:]))
-    one = packed_bytes(layout, (m,) + tuple(kernel[1:]), 1)  # (a group's tiles and sums)
+    one = packed_bytes(layout, (m,) + tuple(kernel[1:]), 1, align=align)  # (a group's tiles and sums)
     parts = [_untiles(packed[g * one:(g + 1) * one], m, depth, ROWS) for g in range(groups)]
     return np.concatenate(parts).reshape(kernel)
 
 
-def _weights(w: np.ndarray, packed: bool, layout: str, kernel, groups: int, width: int = COLS) -> np.ndarray:
-    return unpack(w, layout, tuple(kernel), groups, width) if packed else w
+def _weights(w: np.ndarray, packed: bool, layout: str, kernel, groups: int, width: int = COLS,
+             align: int = ALIGN) -> np.ndarray:
+    return unpack(w, layout, tuple(kernel), groups, width, align) if packed else w
 
 
 def requantize(acc: np.ndarray, bias: np.ndarray, scale: np.ndarray, y_zero: int, lo: int, hi: int,
@@ -152,19 +159,20 @@ def requantize(acc: np.ndarray, bias: np.ndarray, scale: np.ndarray, y_zero: int
 # ---- qconv ------------------------------------------------------------------------------------------------------
 
 def _logical(w: Type, packed: bool, kernel, layout: str, groups: int, what: str, width: int = COLS,
-             sums: bool = True) -> Type:
+             sums: bool = True, align: int = ALIGN) -> Type:
     """The weights' own type: w's, or the `kernel` shape that packed bytes w hold."""
     if not packed:
         return w
-    size = packed_bytes(layout, tuple(kernel), groups, width, sums)
+    size = packed_bytes(layout, tuple(kernel), groups, width, sums, align)
     if w.dtype != "u8" or w.rank != 1 or w.shape[0] != size:
         raise KsbuildError(f"{what}: packed weights must be the u8 [{size}] that qpack makes of {kernel}, got {w}")
     return Type("i8", tuple(kernel))
 
 
-def _qconv_rule(in_types, strides, pads, dilations, groups, x_zero, y_zero, lo, hi, out, packed=False, kernel=None):
+def _qconv_rule(in_types, strides, pads, dilations, groups, x_zero, y_zero, lo, hi, out, packed=False, kernel=None,
+                align=ALIGN):
     x, w, bias, scale = in_types
-    w = _logical(w, packed, kernel, "rows", groups, "qconv")
+    w = _logical(w, packed, kernel, "rows", groups, "qconv", align=align)
     _check_requant("qconv", x, w, bias, scale, w.shape[0], x_zero, y_zero, lo, hi, out)
     try:  # (conv's geometry rule, on stand-in float types)
         (y,) = _conv_prim.type_rule((Type("f32", x.shape), Type("f32", w.shape)), strides=strides, pads=pads,
@@ -176,8 +184,8 @@ def _qconv_rule(in_types, strides, pads, dilations, groups, x_zero, y_zero, lo, 
 
 
 def _qconv_eval(x, w, bias, scale, strides, pads, dilations, groups, x_zero, y_zero, lo, hi, out, env, packed=False,
-                kernel=None):
-    w = _weights(w, packed, "rows", kernel, groups)
+                kernel=None, align=ALIGN):
+    w = _weights(w, packed, "rows", kernel, groups, align=align)
     (acc,) = _conv_prim.eval(x.astype(np.int64) - x_zero, w.astype(np.int64), strides=strides, pads=pads,
                              dilations=dilations, groups=groups, env=env)
     shape = (1, -1) + (1,) * (x.ndim - 2)
@@ -242,6 +250,7 @@ def _emit_qconv(ctx, eqn: Eqn) -> None:
     ctx.line(f"{'const' if re.search(r'[A-Za-z_]', fields) else 'static constexpr'} ks::conv_shape {geometry}{fields};")
     depthwise = not eqn.params.get("packed")
     call = "ks::qconv_depthwise" if depthwise else "ks::qconv"
+    _width_check(ctx, eqn)
     scratch = ctx.scratch("uint8_t", f"{call}_scratch({shape})", required=True, eqn=eqn)
     _requant_call(ctx, eqn, sb, ss, f"{call}<{ctx.ctype(x.type)}, {ctx.ctype(y.type)}>({geometry}, "
                   f"{ctx.dim(x.type.shape[0])}, {sx.base}, {sw.base}, {out.base}, {scratch}, ")
@@ -302,9 +311,10 @@ qconv = Prim(
 
 # ---- qmatmul ----------------------------------------------------------------------------------------------------
 
-def _qmatmul_rule(in_types, x_zero, y_zero, lo, hi, out, packed=False, kernel=None, width=COLS, sums=True):
+def _qmatmul_rule(in_types, x_zero, y_zero, lo, hi, out, packed=False, kernel=None, width=COLS, sums=True,
+                  align=ALIGN):
     a, b, bias, scale = in_types
-    b = _logical(b, packed, kernel, "columns", 1, "qmatmul", width, sums)
+    b = _logical(b, packed, kernel, "columns", 1, "qmatmul", width, sums, align)
     if not sums and x_zero != unsigned_zero(a.dtype):
         raise KsbuildError(f"qmatmul: weights packed without their sums need x_zero {unsigned_zero(a.dtype)} "
                            f"(the tiles' zero point 0), not {x_zero}")
@@ -315,8 +325,8 @@ def _qmatmul_rule(in_types, x_zero, y_zero, lo, hi, out, packed=False, kernel=No
 
 
 def _qmatmul_eval(a, b, bias, scale, x_zero, y_zero, lo, hi, out, env, packed=False, kernel=None, width=COLS,
-                  sums=True):
-    b = _weights(b, packed, "columns", kernel, 1, width)
+                  sums=True, align=ALIGN):
+    b = _weights(b, packed, "columns", kernel, 1, width, align)
     acc = (a.astype(np.int64) - x_zero) @ b.astype(np.int64)
     if out == "i32":
         return ((acc + bias).astype(np.int32),)
@@ -369,19 +379,25 @@ qmatmul = Prim(
 
 # ---- qpack ------------------------------------------------------------------------------------------------------
 
-def _qpack_rule(in_types, layout, groups, width=COLS, sums=True):
+def _qpack_rule(in_types, layout, groups, width=COLS, sums=True, align=ALIGN):
     (w,) = in_types
     if w.dtype != "i8" or not all(isinstance(d, int) for d in w.shape) or (layout == "columns" and w.rank != 2) or \
-            layout not in ("rows", "columns") or width not in (COLS, NARROW_COLS) or (not sums and layout != "columns"):
-        raise KsbuildError(f"qpack of {w} ({layout}, width {width}, sums {sums}): expected literal i8 weights")
-    return (Type("u8", (packed_bytes(layout, w.shape, groups, width, sums),)),)
+            layout not in ("rows", "columns") or width not in (COLS, NARROW_COLS) or \
+            (not sums and layout != "columns") or align not in (ALIGN, NARROW_ALIGN):
+        raise KsbuildError(f"qpack of {w} ({layout}, width {width}, sums {sums}, align {align}): expected literal i8 "
+                           "weights")
+    return (Type("u8", (packed_bytes(layout, w.shape, groups, width, sums, align),)),)
 
 
 def _width_check(ctx, eqn: Eqn) -> None:
-    """Narrow columns (param width: transforms/narrow_qpacks.py) only where the C++ packs and reads them."""
+    """Narrow columns and padding (params width and align: transforms/narrow_qpacks.py) only where the C++ packs and
+    reads them so."""
     if eqn.params.get("width", COLS) != COLS:
         ctx.line(f"static_assert(ks::qtile::product_cols == {eqn.params['width']}, \"a product's packed columns "
                  f"(ksbuild/transforms/narrow_qpacks.py: a microcontroller's) are ks::qtile::product_cols\");")
+    if eqn.params.get("align", ALIGN) != ALIGN:
+        ctx.line(f"static_assert(ks::qtile::pack_align == {eqn.params['align']}, \"packed weights' padding "
+                 f"(ksbuild/transforms/narrow_qpacks.py: a microcontroller's) is ks::qtile::pack_align\");")
 
 
 def _emit_qpack(ctx, eqn: Eqn) -> None:
@@ -391,9 +407,9 @@ def _emit_qpack(ctx, eqn: Eqn) -> None:
     if not eqn.params.get("sums", True):
         raise KsbuildError("internal: a qpack without sums reaches the C++ (narrow_qpacks makes them of constant "
                            "weights only, which layout_constants packs when the package is compiled)")
+    _width_check(ctx, eqn)
     if eqn.params["layout"] == "columns":
         k, n = w.type.shape
-        _width_check(ctx, eqn)
         ctx.line(f"ks::qpack_columns({k}, {n}, {sw.base}, {out.base});")
     else:
         depth = numel(w.type.shape[1:])
@@ -410,7 +426,8 @@ def unsigned_zero(dtype: str) -> int:
 qpack = Prim(
     name="qpack",
     type_rule=_qpack_rule,
-    eval=lambda w, layout, groups, env, width=COLS, sums=True: (pack(w, layout, groups, width, sums),),
+    eval=lambda w, layout, groups, env, width=COLS, sums=True, align=ALIGN: (pack(w, layout, groups, width, sums,
+                                                                                   align),),
     jvp=None,  # (lowering only: the select_backend pass makes it, after every transformation)
     batch=None,
     emit=_emit_qpack,

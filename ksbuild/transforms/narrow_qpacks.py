@@ -1,5 +1,5 @@
 """narrow_qpacks: on a target without a vector unit, an integer product's weights are packed 4 columns wide, and
-constant ones without their columns' sums.
+constant ones without their columns' sums; every packed weights' parts are padded to 8 bytes, not 64.
 
 Requires: a Func after select_backend. Guarantees: the same values; every `qpack` of layout "columns" and every
 packed `qmatmul` has param width = 4 (prims/qlinear.py), the column tiles ks::qtile::product_cols of an M-profile
@@ -7,6 +7,11 @@ core (prelude/ks/qconv.h) read. Run only for such targets (pipeline Options.vect
 tiles are SMLAD or scalar loops over as many columns as there are: the tiles of 32 columns that AVX-512 fills padded
 a classifier's 10 columns with 22 of zeros (1.4 KB of flash for 64 inputs, issue 35). The generated code checks
 that the C++ agrees (a static_assert beside each qpack_columns and qmatmul call).
+
+Every qpack, and every qconv and qmatmul reading packed weights, gets param align = 8: the tiles, the sums and each
+group's weights are padded to 8 bytes (ks::qtile::pack_align on an M-profile core, whose tiles read words), where
+the 64 of the vector units' left up to 60 B of zeros after each part in flash (the int8 CNN of benchmarks/cortex_m4:
+64 B, its first convolution's 8 channels of 27 taps).
 
 A qmatmul whose weights (a qpack read by it alone) and bias are constants (or views of constants) gets the
 activations' zero point folded into its bias when the package is compiled: bias' = bias - (x_zero - z)·Σ_k w[k, j],
@@ -22,7 +27,7 @@ import numpy as np
 
 from ..ir.core import Func, Var
 from ..ir.dense import Dense
-from ..prims.qlinear import NARROW_COLS, unsigned_zero
+from ..prims.qlinear import NARROW_ALIGN, NARROW_COLS, unsigned_zero
 from .layout_constants import _constant_views
 from .rewrite import bind_like, rewrite, use_counts
 
@@ -34,11 +39,13 @@ def narrow_qpacks(f: Func) -> Func:
 
     def rule(b, eqn, ins):
         if eqn.prim.name == "qpack" and eqn.params["layout"] == "columns":
-            params = dict(eqn.params, width=NARROW_COLS)
+            params = dict(eqn.params, width=NARROW_COLS, align=NARROW_ALIGN)
             if eqn.outs[0] in folds:
                 params["sums"] = False
+        elif eqn.prim.name == "qpack" or eqn.params.get("packed") and eqn.prim.name == "qconv":  # (rows, by ks::qconv)
+            params = dict(eqn.params, align=NARROW_ALIGN)
         elif eqn.prim.name == "qmatmul" and eqn.params.get("packed"):
-            params = dict(eqn.params, width=NARROW_COLS)
+            params = dict(eqn.params, width=NARROW_COLS, align=NARROW_ALIGN)
             fold = folds.get(eqn.ins[1])
             if fold is not None and fold[0] is eqn:
                 bias, x_zero = fold[1:]

@@ -191,17 +191,31 @@ void pack_rows(const TX* a, conv_dim live, conv_dim depth, conv_dim lda, uint8_t
     }
 }
 
+// The bytes a packed weights' parts (the tiles, the sums; a group's) are padded to: 64 where the tiles load vectors,
+// 8 on a microcontroller (an M-profile core: words, no vectors), where the 64 left up to 60 B of zeros after each part
+// in flash (the int8 CNN of benchmarks/cortex_m4: 64 B). ksbuild packs them so for such targets (prims/qlinear.py,
+// param align = 8: transforms/narrow_qpacks.py; the generated code static_asserts that the two agree).
+#if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M'
+constexpr conv_dim pack_align = 8;
+#else
+constexpr conv_dim pack_align = 64;
+#endif
+// The bytes of the tiles of packed weights (packed_size, padded to pack_align).
+constexpr conv_dim tiles_size(conv_dim n, conv_dim depth, conv_dim width) {
+    return round_up(round_up(n, width) * quads(depth) * 4, pack_align);
+}
+
 // Weights as the tiles read them: n rows of `depth` int8 weights packed in tiles of `width` (pack), then each row's
 // sum Σ_k w[i, k] as int32 (for the x_zero·Σw part of the requantized sums).
 constexpr conv_dim weights_size(conv_dim n, conv_dim depth, conv_dim width) {
-    return packed_size(n, depth, width) + round_up(n * 4, 64);
+    return tiles_size(n, depth, width) + round_up(n * 4, pack_align);
 }
 
 // w [n][depth] (element (i, k) at w[i·rs + k·ks]) packed as weights_size describes.
 inline void pack_weights(const int8_t* w, conv_dim n, conv_dim depth, conv_dim rs, conv_dim ks, conv_dim width,
                          uint8_t* dst) {
     pack(w, n, depth, rs, ks, width, dst, weight_byte);
-    int32_t* sums = reinterpret_cast<int32_t*>(dst + packed_size(n, depth, width));
+    int32_t* sums = reinterpret_cast<int32_t*>(dst + tiles_size(n, depth, width));
     for (conv_dim i = 0; i < n; ++i) {
         int32_t s = 0;
         for (conv_dim k = 0; k < depth; ++k) {
@@ -215,7 +229,7 @@ inline void pack_weights(const int8_t* w, conv_dim n, conv_dim depth, conv_dim r
 // per output channel.
 inline void channel_offsets(const uint8_t* weights, conv_dim n, conv_dim depth, conv_dim width, const int32_t* bias,
                             int32_t x_zero, int32_t* offsets) {
-    const int32_t* sums = reinterpret_cast<const int32_t*>(weights + packed_size(n, depth, width));
+    const int32_t* sums = reinterpret_cast<const int32_t*>(weights + tiles_size(n, depth, width));
     for (conv_dim i = 0; i < n; ++i) {
         offsets[i] = (bias ? bias[i] : 0) - x_zero * sums[i];
     }
@@ -267,12 +281,8 @@ inline void store_raw(const int32_t* acc, const tile_out& o) {
     }
 }
 
-// The sums acc [8][32] stored as o says.
-inline void store_sums(const int32_t* acc, const tile_out& o) {
-    if (o.sums) {
-        store_raw(acc, o);
-        return;
-    }
+// The sums acc [8][32] plus their offsets, requantized (every store but ks::qmatmul's with int32 results).
+inline void store_requantized(const int32_t* acc, const tile_out& o) {
     for (conv_dim r = 0; r < o.live; ++r) {
         const int32_t* a = acc + r * cols;
         uint8_t* y = o.y + r * o.ld;
@@ -291,6 +301,15 @@ inline void store_sums(const int32_t* acc, const tile_out& o) {
             }
         }
     }
+}
+
+// The sums acc [8][32] stored as o says.
+inline void store_sums(const int32_t* acc, const tile_out& o) {
+    if (o.sums) {
+        store_raw(acc, o);
+        return;
+    }
+    store_requantized(acc, o);
 }
 
 // A tile: sums over q quads of a [quad][8][4] (the broadcast operand) times b [quad][32][4]; SWAP says which one
@@ -378,7 +397,11 @@ void tile_dsp(const uint8_t* a, const uint8_t* b, conv_dim q, const tile_out& o)
             out[3] = s3;
         }
     }
-    store_sums(acc, o);
+    if (SWAP) {
+        store_sums(acc, o);
+    } else {  // (a convolution's tile: never int32 results, so a microcontroller's program need not link store_raw)
+        store_requantized(acc, o);
+    }
 }
 #endif
 
