@@ -56,12 +56,17 @@ _ELIDE: ContextVar[int | None] = ContextVar("elide_over", default=None)
 
 
 def walk_vars(f: Func) -> Iterator[Var]:
-    """Every var f defines, nested bodies included, in text order (a shared body once per use)."""
-    yield from f.params
-    for eqn in f.eqns:
-        yield from eqn.outs
-        for _, sub in func_params(eqn):
-            yield from walk_vars(sub)
+    """Every var f defines, nested bodies included, in text order (a shared body once per use). A stack of what
+    is left to walk, not a generator per level: helpers nested 300 deep would pass each var up 300 generators."""
+    todo: list[Func | Eqn] = [f]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, Func):
+            yield from item.params
+            todo.extend(reversed(item.eqns))
+        else:
+            yield from item.outs
+            todo.extend(reversed([sub for _, sub in func_params(item)]))
 
 
 def func_params(eqn: Eqn) -> list[tuple[str, Func]]:
