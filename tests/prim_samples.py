@@ -349,7 +349,6 @@ SAMPLES = {
     "log": ((F,), {}, (positive,), vec(math.log)),
     "log1p": ((F,), {}, (positive,), vec(math.log1p)),
     "expm1": ((F,), {}, (normal,), vec(math.expm1)),
-    "exp2": ((F,), {}, (normal,), vec(math.exp2)),
     "sqrt": ((F,), {}, (positive,), vec(math.sqrt)),
     "tanh": ((F,), {}, (normal,), vec(math.tanh)),
     "sin": ((F,), {}, (normal,), vec(math.sin)),

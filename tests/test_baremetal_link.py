@@ -65,7 +65,7 @@ def _defined_symbols(elf) -> set[str]:
     return {line.split()[-1] for line in out.stdout.splitlines() if line.strip()}
 
 
-@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m7", "cortex-m33", "cortex-m0plus"])
+@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m7", "cortex-m0plus"])
 def test_a_c99_program_links_libm_through_find_package(target, lp_tree, tmp_path):
     need(TARGETS[target])
     tree = lp_tree(target)

@@ -99,7 +99,6 @@ def test_every_target_is_named_where_users_and_ci_look():
 @pytest.mark.parametrize("name, flags", [
     ("cortex-m4", ["-mcpu=cortex-m4", "-mthumb", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard"]),
     ("cortex-m7", ["-mcpu=cortex-m7", "-mthumb", "-mfpu=fpv5-d16", "-mfloat-abi=hard"]),
-    ("cortex-m33", ["-mcpu=cortex-m33", "-mthumb", "-mfpu=fpv5-sp-d16", "-mfloat-abi=hard"]),
     ("cortex-m0plus", ["-mcpu=cortex-m0plus", "-mthumb", "-mfloat-abi=soft"]),
 ])
 def test_cortex_m_flags(name, flags):

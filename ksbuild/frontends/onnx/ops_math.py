@@ -183,13 +183,6 @@ def quick_gelu(n: Node):
     return [act.swish(n.b, n.x(0), n.attr("alpha", 1.702))]
 
 
-@handler("FastGelu", domain="com.microsoft")
-def fast_gelu(n: Node):
-    """onnxruntime's FastGelu: the tanh approximation of Gelu of x (+ bias, its optional second input)."""
-    x = n.x(0) if not n.has(1) else n.b.add(n.x(0), n.x(1))
-    return [act.gelu(n.b, x, "tanh")]
-
-
 @handler("PRelu")
 def prelu(n: Node):
     return [act.prelu(n.b, n.x(0), n.x(1))]

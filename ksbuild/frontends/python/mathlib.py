@@ -16,7 +16,7 @@ from .scope import Const
 
 UNARY_MATH = {  # name -> (prim, Python fallback for constant folding)
     "exp": ("exp", math.exp), "log": ("log", math.log), "log1p": ("log1p", math.log1p),
-    "expm1": ("expm1", math.expm1), "exp2": ("exp2", math.exp2), "sqrt": ("sqrt", math.sqrt), "tanh": ("tanh", math.tanh),
+    "expm1": ("expm1", math.expm1), "sqrt": ("sqrt", math.sqrt), "tanh": ("tanh", math.tanh),
     "sin": ("sin", math.sin), "cos": ("cos", math.cos), "atan": ("atan", math.atan),
     "fabs": ("abs", abs), "abs": ("abs", abs), "floor": ("floor", math.floor),
     "sigmoid": ("logistic", lambda x: 1 / (1 + math.exp(-x))),
@@ -316,7 +316,7 @@ LIBRARY.update({
     "pow": _pow_call, "atan2": _atan2, "where": _where, "relu": _relu, "clamp": _clamp, "round": _round,
 })
 BUILTINS = {"abs", "max", "min", "float", "int", "pow", "round"}
-MATH_NAMES = {"exp", "exp2", "log", "log1p", "expm1", "sqrt", "tanh", "sin", "cos", "atan", "fabs", "floor", "lgamma",
+MATH_NAMES = {"exp", "log", "log1p", "expm1", "sqrt", "tanh", "sin", "cos", "atan", "fabs", "floor", "lgamma",
               "pow", "atan2"}
 TORCH_NAMES = {"exp", "log", "log1p", "expm1", "sqrt", "tanh", "sin", "cos", "atan", "abs", "floor", "lgamma",
                "digamma", "sign",
