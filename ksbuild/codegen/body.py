@@ -69,11 +69,11 @@ def declare_outputs(w: Writer, outs: Sequence[Var], inner: Sequence[str] = ()) -
     for v, hint in zip(outs, list(inner) + [""] * len(outs)):
         hint = v.hint or hint or w.derived.get(v, "")
         if v.type.rank == 0:
-            name = w.namer.fresh(hint or "r", source=bool(hint))
+            name = w.namer.fresh(hint or "res", source=bool(hint))
             w.line(f"{w.ctype(v.type)} {name};")
             handles.append(name)
         else:
-            handles.append(w.target(v, hint or "r"))
+            handles.append(w.target(v, hint or "res"))
             w.env[v] = handles[-1]
     return handles
 
@@ -300,7 +300,7 @@ def _call_tensor_helper(w: Writer, eqn, helper) -> None:
                            [_dense_pointer(w, a) if a.type.rank else w.scalar(a)])]
     copies, outs = [], []
     for v, hint in zip(eqn.outs, result_hints(eqn.params["fn"])):
-        hint = v.hint or hint or "r"
+        hint = v.hint or hint or "res"
         if v.type.rank == 0:
             name = w.namer.fresh(hint, source=True)
             w.line(f"{w.ctype(v.type)} {name};")

@@ -192,12 +192,6 @@ def _qconv_eval(x, w, bias, scale, strides, pads, dilations, groups, x_zero, y_z
     return (requantize(acc, bias.reshape(shape), scale.reshape(shape), y_zero, lo, hi, out),)
 
 
-def _no_derivative(name: str):
-    def jvp(b, primals, tangents, **params):
-        return [getattr(b, name)(*primals, **params)], [None]
-    return jvp
-
-
 def _qconv_batch(b, ins, batched, size, **params):
     x, w, bias, scale = ins
     if any(batched[1:]):
@@ -367,13 +361,15 @@ qmatmul = Prim(
     name="qmatmul",
     type_rule=_qmatmul_rule,
     eval=_qmatmul_eval,
-    jvp=_no_derivative("qmatmul"),
+    jvp=None,  # (integer results: transforms/jvp.py binds it as it is; out f32 only after the transformations)
     batch=_qmatmul_batch,
     emit=_emit_qmatmul,
     select_backend=_pack_weights("columns"),
     scratch=_qmatmul_scratch,
     doc="8-bit integer matrix product with int32 sums requantized to 8 bits (ONNX QLinearMatMul, QGemm) or kept "
         "(out i32: MatMulInteger) or scaled as float (out f32: MatMulIntegerToFloat)",
+    opt_outs=("jvp: integer results carry no tangent, and the float form (out f32) is made by "
+              "transforms/float_products.py, a pass after the transformations",),
 )
 
 

@@ -1699,9 +1699,9 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const contract_Qs = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
-    double* const r = reinterpret_cast<double*>(next_slot);
+    double* const res = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const r1 = reinterpret_cast<double*>(next_slot);
+    double* const res1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
     double* const sub_base = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
@@ -1722,7 +1722,7 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     double* const pad_index_add_d_qs = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * T);
     (void)next_slot;
-    double* const r2 = qs_sum;  // reuses a dead buffer's space
+    double* const res2 = qs_sum;  // reuses a dead buffer's space
     double* const d_qs = tmp2;  // reuses a dead buffer's space
     // gmm.py:64: Qs = torch.stack([cholesky_factor(qs[k], icf[k]) for k in range(K)])
     for (int64_t k = 0; k < K; ++k) {
@@ -1840,10 +1840,10 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         for (int64_t j = 0; j < K; ++j) {
             const double sub_base_i = sub_base[j];
             const double t1 = ks::exp((sub_base_i - select_sub_base_max));
-            r[i * K + j] = t1;
+            res[i * K + j] = t1;
             acc += t1;
         }
-        r1[i] = acc;
+        res1[i] = acc;
     }
     // gmm.py:70: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double alphas_max = ks::lowest<double>();
@@ -1878,7 +1878,7 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     // gmm.py:66: slse = sum(
     double d_sum;
     for (int64_t i = 0; i < K; ++i) {
-        r2[i] = 0.0;
+        res2[i] = 0.0;
     }
     // gmm.py:66 (continued)
     for (int64_t i = 0; i < K * d * d; ++i) {
@@ -1891,14 +1891,14 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     d_sum = 1.0;
     // gmm.py:66 (continued)
     for (int64_t i = n - 1; i >= 0; --i) {
-        const double t3 = (1.0 / r1[i]);
+        const double t3 = (1.0 / res1[i]);
         const double mulz_d_sum = ks::mulz(d_sum, t3);
         // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
         double* const tmp = base;  // reuses a dead buffer's space
         double* const tmp1 = sub_base;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
-            const double r_i = r[i * K + j];
-            const double t4 = ks::mulz(mulz_d_sum, r_i);
+            const double res_i = res[i * K + j];
+            const double t4 = ks::mulz(mulz_d_sum, res_i);
             tmp[j] = t4;
             const double t5 = ((t4 * (-1.0)) * 0.5);
             tmp1[j] = t5;
@@ -1934,10 +1934,10 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         }
         // gmm.py:67 (continued)
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = r2[j];
+            const double x_i = res2[j];
             const double tmp_i = tmp[j];
             const double t4 = (x_i + tmp_i);
-            r2[j] = t4;
+            res2[j] = t4;
         }
         // gmm.py:67 (continued)
         for (int64_t j = 0; j < (K*d); ++j) {
@@ -1953,7 +1953,7 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
             const double qs_i = icf[i * T + j];
             const double exp_qs_i = ks::exp(qs_i);
             const double d_qs_i = (mul_wishart_m + ks::mulz((t1 * (2.0 * exp_qs_i)), exp_qs_i));
-            const double x_i = r2[i];
+            const double x_i = res2[i];
             const double d_qs_i1 = (d_qs_i + x_i);
             d_qs[i * d + j] = d_qs_i1;
         }
@@ -2030,7 +2030,7 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
     for (int64_t i = 0; i < K; ++i) {
         const double out_d_alphas_i = out_d_alphas[i];
         const double d_alphas_i = ks::mulz(t2, out_d_alphas_i);
-        const double x_i = r2[i];
+        const double x_i = res2[i];
         const double d_alphas_i1 = (d_alphas_i + x_i);
         out_d_alphas[i] = d_alphas_i1;
     }
@@ -2062,7 +2062,7 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r1 = reinterpret_cast<double*>(next_slot);
+    double* const res = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
     (void)next_slot;
     // gmm.py:86: (torch.exp(icf[k, r]) * (x[i, r] - means[k, r])
@@ -2092,7 +2092,7 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
             if (ge_d) {
                 // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
                 for (int64_t r = 0; r < d; ++r) {
-                    r1[r] = 0.0;
+                    res[r] = 0.0;
                 }
                 // gmm.py:87 (continued)
                 for (int64_t c = 0; c < d; ++c) {
@@ -2102,7 +2102,7 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
                         const int64_t icf_at = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
                         const double x_sub_means = (x[i * d + c] - means[k * d + c]);
                         const double mul_icf = (icf[k * T + ks::clamp_index_nonneg(icf_at, T)] * x_sub_means);
-                        r1[r] += mul_icf;
+                        res[r] += mul_icf;
                     }
                 }
                 // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
@@ -2111,7 +2111,7 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
                 for (int64_t r = 0; r < d; ++r) {
                     const double x_sub_means = (x[i * d + r] - means[k * d + r]);
                     const double mul_x_sub_means = (exp_icf[k * d + r] * x_sub_means);
-                    const double add_rows = (mul_x_sub_means + r1[r]);
+                    const double add_rows = (mul_x_sub_means + res[r]);
                     sum1 = (sum1 + ks::ipow<2>(add_rows));
                 }
                 sum = sum1;
@@ -2255,7 +2255,7 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     unsigned char* next_slot = static_cast<unsigned char*>(workspace);
     double* const exp_icf = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
-    double* const r1 = reinterpret_cast<double*>(next_slot);
+    double* const res = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K * d);
     double* const exp_sub_scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
@@ -2263,13 +2263,13 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
     next_slot += ks::aligned_bytes<double>(n);
     double* const scores = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
-    double* const r2 = reinterpret_cast<double*>(next_slot);
+    double* const res1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
     double* const tmp = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * d);
     double* const tmp1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K * (T - d));
-    double* const r3 = reinterpret_cast<double*>(next_slot);
+    double* const res2 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(d);
     double* const index_add_mul_d_sum = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(T);
@@ -2300,7 +2300,7 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
             if (ge_d) {
                 // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
                 for (int64_t r = 0; r < d; ++r) {
-                    r2[r] = 0.0;
+                    res1[r] = 0.0;
                 }
                 // gmm.py:87 (continued)
                 for (int64_t c = 0; c < d; ++c) {
@@ -2310,7 +2310,7 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                         const int64_t icf_at = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
                         const double x_sub_means = (x[i * d + c] - means[k * d + c]);
                         const double mul_icf = (icf[k * T + ks::clamp_index_nonneg(icf_at, T)] * x_sub_means);
-                        r2[r] += mul_icf;
+                        res1[r] += mul_icf;
                     }
                 }
                 // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
@@ -2319,9 +2319,9 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                 for (int64_t r = 0; r < d; ++r) {
                     const double x_sub_means = (x[i * d + r] - means[k * d + r]);
                     const double mul_x_sub_means = (exp_icf[k * d + r] * x_sub_means);
-                    const double add_rows = (mul_x_sub_means + r2[r]);
+                    const double add_rows = (mul_x_sub_means + res1[r]);
                     sum1 = (sum1 + ks::ipow<2>(add_rows));
-                    r1[i * (K * d) + k * d + r] = add_rows;
+                    res[i * (K * d) + k * d + r] = add_rows;
                 }
                 sum = sum1;
             } else {
@@ -2344,7 +2344,7 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                     }
                     const double add_sum = (mul_x_sub_means + sum2);
                     sum1 = (sum1 + ks::ipow<2>(add_sum));
-                    r1[i * (K * d) + k * d + r] = add_sum;
+                    res[i * (K * d) + k * d + r] = add_sum;
                 }
                 sum = sum1;
             }
@@ -2467,15 +2467,15 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
             const double mul_d_scores = (d_scores[k] * (-1.0));
             const double d_sum = (mul_d_scores * 0.5);
             // gmm.py:87: + sum(icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1] * (x[i, c] - means[k, c]) for c ...
-            double* const d_sum1 = r2;  // reuses a dead buffer's space
+            double* const d_sum1 = res1;  // reuses a dead buffer's space
             for (int64_t r = 0; r < d; ++r) {
-                const double t4 = (2.0 * r1[i * (K * d) + k * d + r]);
+                const double t4 = (2.0 * res[i * (K * d) + k * d + r]);
                 const double d_sum2 = (d_sum * t4);
                 d_sum1[r] = d_sum2;
             }
             // gmm.py:87 (continued)
             for (int64_t j = 0; j < d; ++j) {
-                r3[j] = 0.0;
+                res2[j] = 0.0;
             }
             // gmm.py:87 (continued) (continued)
             for (int64_t j = 0; j < T; ++j) {
@@ -2486,34 +2486,34 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                 const int64_t sub_d_sub_c = ((d - c) - int64_t{1});
                 const int64_t add_d = (d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2}));
                 const double x_sub_means = (x[i * d + c] - means[k * d + c]);
-                double r4;
-                r4 = r3[c];
+                double res3;
+                res3 = res2[c];
                 for (int64_t below = sub_d_sub_c - 1; below >= 0; --below) {
                     const int64_t r = ((c + int64_t{1}) + below);
                     const int64_t icf_at = (((add_d + r) - c) - int64_t{1});
                     const double d_sum_mul_icf = (d_sum1[r] * icf[k * T + ks::clamp_index_nonneg(icf_at, T)]);
                     const double mul_d_sum = (d_sum1[r] * x_sub_means);
-                    r4 = (r4 + (d_sum_mul_icf * (-1.0)));
+                    res3 = (res3 + (d_sum_mul_icf * (-1.0)));
                     index_add_mul_d_sum[ks::clamp_index_nonneg(icf_at, T)] += mul_d_sum;
                 }
-                r3[c] = r4;
+                res2[c] = res3;
             }
             // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
             double d_sum2;
             d_sum2 = d_sum;
             for (int64_t r = d - 1; r >= 0; --r) {
                 const double x_sub_means = (x[i * d + r] - means[k * d + r]);
-                const double t4 = (2.0 * r1[i * (K * d) + k * d + r]);
+                const double t4 = (2.0 * res[i * (K * d) + k * d + r]);
                 const double d_sum3 = (d_sum2 * t4);
                 const double mul_d_sum = (d_sum3 * exp_icf[k * d + r]);
                 const double t5 = (mul_d_sum * (-1.0));
-                r3[r] += t5;
+                res2[r] += t5;
                 const double mulz_mul_d_sum = ks::mulz((d_sum3 * x_sub_means), exp_icf[k * d + r]);
                 index_add_mul_d_sum[r] += mulz_mul_d_sum;
             }
             // gmm.py:86: (torch.exp(icf[k, r]) * (x[i, r] - means[k, r])
             for (int64_t j = 0; j < d; ++j) {
-                out_d_means[k * d + j] += r3[j];
+                out_d_means[k * d + j] += res2[j];
             }
             // gmm.py:86 (continued)
             for (int64_t j = 0; j < T; ++j) {
@@ -2754,9 +2754,9 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     next_slot += ks::aligned_bytes<double>(n * d * K);
     double* const row = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * d * K);
-    double* const r1 = reinterpret_cast<double*>(next_slot);
+    double* const res = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n * K);
-    double* const r2 = reinterpret_cast<double*>(next_slot);
+    double* const res1 = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(n);
     double* const sum = reinterpret_cast<double*>(next_slot);
     next_slot += ks::aligned_bytes<double>(K);
@@ -2774,7 +2774,7 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     next_slot += ks::aligned_bytes<double>(K);
     (void)next_slot;
     double* const exp_sub_alphas = qs_sum;  // reuses a dead buffer's space
-    double* const r3 = qs_sum;  // reuses a dead buffer's space
+    double* const res2 = qs_sum;  // reuses a dead buffer's space
     // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
         double qs_sum_i = 0;
@@ -2872,10 +2872,10 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
         for (int64_t j = 0; j < K; ++j) {
             const double sub_base_i = sub_base[j];
             const double t1 = ks::exp((sub_base_i - select_sub_base_max));
-            r1[i * K + j] = t1;
+            res[i * K + j] = t1;
             acc += t1;
         }
-        r2[i] = acc;
+        res1[i] = acc;
     }
     // gmm.py:115: return (constant + slse - n * torch.logsumexp(alphas, dim=0)
     double alphas_max = ks::lowest<double>();
@@ -2937,19 +2937,19 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     }
     // gmm.py:105 (continued)
     for (int64_t i = 0; i < K; ++i) {
-        r3[i] = 0.0;
+        res2[i] = 0.0;
     }
     d_slse = 1.0;
     // gmm.py:105 (continued)
     for (int64_t i = n - 1; i >= 0; --i) {
-        const double t3 = (1.0 / r2[i]);
+        const double t3 = (1.0 / res1[i]);
         const double mulz_d_slse = ks::mulz(d_slse, t3);
         // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
         double* const tmp = base;  // reuses a dead buffer's space
         double* const d_sqnorm = sum;  // reuses a dead buffer's space
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = r1[i * K + j];
-            const double t4 = ks::mulz(mulz_d_slse, x_i);
+            const double res_i = res[i * K + j];
+            const double t4 = ks::mulz(mulz_d_slse, res_i);
             tmp[j] = t4;
             const double d_sqnorm_i = ((t4 * (-1.0)) * 0.5);
             d_sqnorm[j] = d_sqnorm_i;
@@ -3034,17 +3034,17 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
         }
         // gmm.py:112: slse = slse + torch.logsumexp(base - 0.5 * sqnorm, dim=0)
         for (int64_t j = 0; j < K; ++j) {
-            const double x_i = r3[j];
+            const double x_i = res2[j];
             const double tmp_i = tmp[j];
             const double t4 = (x_i + tmp_i);
-            r3[j] = t4;
+            res2[j] = t4;
         }
     }
     // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < d; ++j) {
             const double d_qs_i = d_qs[i * d + j];
-            const double x_i = r3[i];
+            const double x_i = res2[i];
             const double d_qs_i1 = (d_qs_i + x_i);
             d_qs[i * d + j] = d_qs_i1;
         }
@@ -3064,7 +3064,7 @@ int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, const doubl
     // gmm.py:103: base = alphas + torch.sum(qs, dim=1)
     for (int64_t i = 0; i < K; ++i) {
         const double out_d_alphas_i = out_d_alphas[i];
-        const double x_i = r3[i];
+        const double x_i = res2[i];
         const double d_alphas_i = (out_d_alphas_i + x_i);
         out_d_alphas[i] = d_alphas_i;
     }

@@ -58,9 +58,9 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
     next_slot += ks::aligned_bytes<float>(batch * 9);
     float* const tmp6 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch * 3 * 3);
-    uint8_t* const r = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const res = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(batch);
-    uint8_t* const r2 = reinterpret_cast<uint8_t*>(next_slot);
+    uint8_t* const res2 = reinterpret_cast<uint8_t*>(next_slot);
     next_slot += ks::aligned_bytes<uint8_t>(batch);
     float* const tmp7 = reinterpret_cast<float*>(next_slot);
     next_slot += ks::aligned_bytes<float>(batch);
@@ -244,24 +244,24 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
     }
     // ONNX node SVMc (SVMClassifier) (continued) (continued)
     for (int64_t i = 0; i < batch; ++i) {
-        r[i] = false;
+        res[i] = false;
     }
     // ONNX node SVMc (SVMClassifier) (continued) (continued)
     for (int64_t i = 0; i < int64_t{100}; ++i) {
         int32_t acc = ks::highest<int32_t>();
         for (int64_t j = 0; j < batch; ++j) {
-            const bool r_i = r[j];
-            const int32_t t1 = static_cast<int32_t>(r_i);
+            const bool res_i = res[j];
+            const int32_t t1 = static_cast<int32_t>(res_i);
             acc = ks::running_min(acc, t1);
         }
         const bool t1 = (acc != 0);
-        float* const r1 = prod;  // reuses a dead buffer's space
+        float* const res1 = prod;  // reuses a dead buffer's space
         if (t1) {
             for (int64_t j = 0; j < batch * 3; ++j) {
-                r1[j] = out_probabilities[j];
+                res1[j] = out_probabilities[j];
             }
             for (int64_t j = 0; j < batch; ++j) {
-                r2[j] = r[j];
+                res2[j] = res[j];
             }
         } else {
             float* const prod2 = tmp;  // reuses a dead buffer's space
@@ -401,9 +401,9 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             for (int64_t j = 0; j < batch; ++j) {
                 const float x_i = tmp8[j];
                 const bool t2 = (x_i < 0.0016666667070239782f);
-                const bool r_i = r[j];
-                const bool t3 = (r_i ? r_i : t2);
-                r2[j] = t3;
+                const bool res_i = res[j];
+                const bool t3 = (res_i ? res_i : t2);
+                res2[j] = t3;
             }
             for (int64_t j = 0; j < batch; ++j) {
                 for (int64_t k = 0; k < 3; ++k) {
@@ -419,17 +419,17 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
                     const float x_i7 = ks_data_15[k];
                     const float x_i8 = tmp17[j];
                     const float t3 = (((t2 / x_i5) + (x_i6 * x_i7)) / x_i8);
-                    const bool x_i9 = r2[j];
+                    const bool x_i9 = res2[j];
                     const float t4 = (x_i9 ? out_probabilities_i : t3);
-                    r1[j * 3 + k] = t4;
+                    res1[j * 3 + k] = t4;
                 }
             }
         }
         for (int64_t j = 0; j < batch * 3; ++j) {
-            out_probabilities[j] = r1[j];
+            out_probabilities[j] = res1[j];
         }
         for (int64_t j = 0; j < batch; ++j) {
-            r[j] = r2[j];
+            res[j] = res2[j];
         }
     }
     // ONNX node SVMc (SVMClassifier)

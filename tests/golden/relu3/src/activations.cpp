@@ -23,13 +23,13 @@ float activations_relu3(float x) {
         result = 0.0f;
     } else {
         const bool lt_x1 = (x < 1.0f);
-        float r;
+        float res;
         if (lt_x1) {
-            r = (0.3333333432674408f * ks::ipow<3>(x));
+            res = (0.3333333432674408f * ks::ipow<3>(x));
         } else {
-            r = (x - 0.6666666865348816f);
+            res = (x - 0.6666666865348816f);
         }
-        result = r;
+        result = res;
     }
     return result;
 }
@@ -69,13 +69,13 @@ float activations_relu3_vjp(float x, float ct) {
         d_x = 0.0f;
     } else {
         const bool lt_x1 = (x < 1.0f);
-        float r;
+        float res;
         if (lt_x1) {
-            r = ((ct * 0.3333333432674408f) * (3.0f * ks::ipow<2>(x)));
+            res = ((ct * 0.3333333432674408f) * (3.0f * ks::ipow<2>(x)));
         } else {
-            r = ct;
+            res = ct;
         }
-        d_x = r;
+        d_x = res;
     }
     return d_x;
 }
@@ -116,13 +116,13 @@ float activations_relu3_jvp(float x, float dx) {
         result = 0.0f;
     } else {
         const bool lt_x1 = (x < 1.0f);
-        float r;
+        float res;
         if (lt_x1) {
-            r = ((dx * (3.0f * ks::ipow<2>(x))) * 0.3333333432674408f);
+            res = ((dx * (3.0f * ks::ipow<2>(x))) * 0.3333333432674408f);
         } else {
-            r = dx;
+            res = dx;
         }
-        result = r;
+        result = res;
     }
     return result;
 }
@@ -137,13 +137,13 @@ float activations_relu3_grad(float x) {
         d_x = 0.0f;
     } else {
         const bool lt_x1 = (x < 1.0f);
-        float r;
+        float res;
         if (lt_x1) {
-            r = (0.3333333432674408f * (3.0f * ks::ipow<2>(x)));
+            res = (0.3333333432674408f * (3.0f * ks::ipow<2>(x)));
         } else {
-            r = 1.0f;
+            res = 1.0f;
         }
-        d_x = r;
+        d_x = res;
     }
     return d_x;
 }
@@ -158,13 +158,13 @@ float activations_relu3_d2(float x, float dx) {
         dd_x = 0.0f;
     } else {
         const bool lt_x1 = (x < 1.0f);
-        float r;
+        float res;
         if (lt_x1) {
-            r = (0.3333333432674408f * ((dx * (2.0f * x)) * 3.0f));
+            res = (0.3333333432674408f * ((dx * (2.0f * x)) * 3.0f));
         } else {
-            r = 0.0f;
+            res = 0.0f;
         }
-        dd_x = r;
+        dd_x = res;
     }
     return dd_x;
 }
