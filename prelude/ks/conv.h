@@ -2872,10 +2872,11 @@ __attribute__((noinline)) inline void across_band(const conv_shape& s, const flo
 // transposition. Each output vector is 16 consecutive outputs of a row; tap (kh, kw) of it reads 16 elements of input
 // row oh·S - pad_h + kh from column S·ow + kw - pad_w on: one masked load at stride 1 (the lanes outside the row are
 // the padding's zeros), at stride 2 the even lanes of two masked loads (vpermt2ps). 4 output rows at a time at stride
-// 1 (2 at stride 2) share each input row loaded; the column taps' masks are made per vector (all lanes but at a row's
-// ends); the affine epilogue in registers, any other over the plane after. (The `across` path transposes 16 planes in
-// and out, about half of its time on large planes: docs/performance.md "Depthwise rows in place, and ExecuTorch layer
-// by layer".)
+// 1 (2 at stride 2) share each input row loaded; 3 × 3 at stride 2 walks the row, each input row's pair of loads
+// kept for the next vector's last tap (rows_walk). The column taps' masks are made once per call (row_masks: all
+// lanes but at a row's ends), 3 × 3 weights are broadcast once per channel; the affine epilogue in registers, any
+// other over the plane after. (The `across` path transposes 16 planes in and out, about half of its time on large
+// planes: docs/performance.md "Depthwise rows in place, and ExecuTorch layer by layer".)
 namespace depthwise {
 
 // The narrowest output rows computed in place at stride 1 and at stride 2: narrower ones waste lanes of the 16 and
@@ -2886,13 +2887,15 @@ constexpr conv_dim plane_max_vectors = 16;  // (by_plane: planes of at most 16 v
 
 // Whether a convolution runs by rows in place: 2-D, one output channel per input channel, dilation 1, kernels 3 × 3
 // at strides 1 or 2 or 5 × 5 at stride 1 (the same stride along both axes), output rows of at least
-// rows_min_width. (5 × 5 at stride 2 stays across channels: 1.2-1.6 of its time, each tap's two loads and a
-// permutation.)
+// rows_min_width, at most 16 places of padding left and right of a row (row_masks' vectors between the first two and
+// the last two then read only the row's columns). (5 × 5 at stride 2 stays across channels: 1.2-1.6 of its time,
+// each tap's two loads and a permutation.)
 constexpr bool by_rows_fits(const conv_shape& s) {
     return s.kernel[0] == 1 && s.in[0] == 1 && s.out[0] == 1 && s.out_channels == s.channels && s.channels > 0 &&
            s.kernel[2] == s.kernel[1] && s.dilation[1] == 1 && s.dilation[2] == 1 && s.stride[2] == s.stride[1] &&
            ((s.kernel[1] == 3 && (s.stride[1] == 1 || s.stride[1] == 2)) || (s.kernel[1] == 5 && s.stride[1] == 1)) &&
-           s.out[2] >= rows_min_width[s.stride[1] - 1];
+           s.out[2] >= rows_min_width[s.stride[1] - 1] && s.pad[2] <= 16 &&
+           s.stride[2] * (s.out[2] - 1) + s.kernel[2] - s.in[2] - s.pad[2] <= 16;
 }
 
 // Whether a convolution runs flat over its whole plane (depthwise::by_plane): 2-D, one output channel per input
@@ -2939,12 +2942,32 @@ __attribute__((always_inline)) inline __m512 row_taps(const float* r, conv_dim a
     }
 }
 
+// A channel's K × K weights as the FMAs read them: 3 × 3 ones broadcast once per channel into 9 registers (as memory
+// operands they were 9 of a vector's 13-22 loads), 5 × 5 ones from memory (25 registers would spill).
+template <int K>
+struct tap_weights {
+    const float* w;
+    explicit tap_weights(const float* wc) : w(wc) {}
+    __m512 at(int i) const { return _mm512_set1_ps(w[i]); }
+};
+template <>
+struct tap_weights<3> {
+    __m512 v[9];
+    explicit tap_weights(const float* wc) {
+#pragma GCC unroll 9
+        for (int i = 0; i < 9; ++i) {
+            v[i] = _mm512_set1_ps(wc[i]);
+        }
+    }
+    __m512 at(int i) const { return v[i]; }
+};
+
 // R output rows [oh, oh + R) of the 16 outputs from column ow on, stored through mask out: each of the (R - 1)·S + K
 // input rows they read loaded once (its K column taps) and added into every output row that reads it.
 template <int K, int S, int R>
 __attribute__((always_inline)) inline void rows_block(const float* xc, conv_dim H, conv_dim W, conv_dim OW,
-                                                      conv_dim oh, conv_dim top, conv_dim at, const float* wc,
-                                                      const __mmask16* m0, const __mmask16* m1, __mmask16 out,
+                                                      conv_dim oh, conv_dim top, conv_dim at,
+                                                      const tap_weights<K>& wc, const __mmask16* m0, const __mmask16* m1, __mmask16 out,
                                                       __m512i even, bool on, const affine<float>& fin, float b,
                                                       float* yc) {
     __m512 acc[R];
@@ -2967,7 +2990,7 @@ __attribute__((always_inline)) inline void rows_block(const float* xc, conv_dim 
         } else {
 #pragma GCC unroll 8
             for (int kw = 0; kw < K; ++kw) {
-                v[kw] = row_taps<S>(row, at + kw, m0[kw], m1[kw], even);
+                v[kw] = row_taps<S>(row, at + kw, m0[kw], S == 2 ? m1[kw] : __mmask16(0), even);
             }
         }
 #pragma GCC unroll 8
@@ -2976,7 +2999,7 @@ __attribute__((always_inline)) inline void rows_block(const float* xc, conv_dim 
             if (kh >= 0 && kh < K) {
 #pragma GCC unroll 8
                 for (int kw = 0; kw < K; ++kw) {
-                    acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(wc[kh * K + kw]), v[kw], acc[r]);
+                    acc[r] = _mm512_fmadd_ps(wc.at(kh * K + kw), v[kw], acc[r]);
                 }
             }
         }
@@ -2991,63 +3014,175 @@ __attribute__((always_inline)) inline void rows_block(const float* xc, conv_dim 
     }
 }
 
-// Output rows [oh, oh + R) across the row, 16 outputs at a time (the column taps' masks made per vector: all lanes
-// but at the row's ends).
+// The column masks of one vector of outputs: its K column taps' (m0, and m1 for stride 2's second load) and its
+// stores'.
+template <int K, int S>
+struct column_masks {
+    __mmask16 m0[K], m1[S == 2 ? K : 1], out;
+};
+
+// The column masks of a row's vectors, made once per call (the same for every row and channel): vectors 0 and 1,
+// T - 2, T - 1 and T (T vectors to a row; vector T is the one stride 2's walk loads ahead), and an inner one for the
+// vectors between, whose lanes all lie in the row (the first's columns at least 16·S - pad_w >= 0, the last's past
+// them at least 16 outputs before the row's end).
+template <int K, int S>
+struct row_masks {
+    column_masks<K, S> edge[6];
+    conv_dim T;
+
+    row_masks(conv_dim W, conv_dim OW, conv_dim pw) : T(tiles::index_div(OW + 15, 16)) {
+        const conv_dim at[6] = {0, 1, T - 2, T - 1, T, 2};
+#pragma GCC unroll 1
+        for (int e = 0; e < 6; ++e) {  // (not unrolled: once per call, 1 KB of code each when unrolled)
+            const conv_dim ow = 16 * at[e], x = S * ow - pw;  // (lane l of column tap kw reads column x + kw + S·l)
+#pragma GCC unroll 1
+            for (int kw = 0; kw < K; ++kw) {
+                edge[e].m0[kw] = lanes_in(0, W, x + kw);
+                edge[e].m1[S == 2 ? kw : 0] = S == 1 ? __mmask16(0) : lanes_in(0, W, x + kw + 16);  // (stride 2's)
+            }
+            edge[e].out = lanes_in(0, OW, ow);
+        }
+    }
+    // Vector t's masks (t <= T).
+    const column_masks<K, S>& of(conv_dim t) const { return edge[t < 2 ? t : t >= T - 2 ? t - T + 4 : 5]; }
+};
+
+// Output rows [oh, oh + R) of a 3 × 3 stride-2 layer, walking the row 16 outputs at a time: per input row and
+// vector one pair of masked loads (the columns of tap 0, 32 of them) split by vpermt2ps into tap 0's lanes (even)
+// and tap 1's (odd), kept for the next vector; tap 2's lanes are tap 0's moved down one lane, the last one from the
+// next vector's tap 0 (valignd). 2 loads and 3 permutations per input row and vector instead of 4 and 3, the same
+// values (outside the row the masks' zeros) and sums in the same order as rows_block.
+template <int R>
+__attribute__((always_inline)) inline void rows_walk(const float* xc, conv_dim H, conv_dim W, conv_dim OW,
+                                                     conv_dim oh, conv_dim top, conv_dim pw, const tap_weights<3>& wc,
+                                                     const row_masks<3, 2>& m, bool on, const affine<float>& fin,
+                                                     float b, float* yc) {
+    constexpr int I = 2 * (R - 1) + 3;
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    __m512 e[I], o[I];  // (per input row: the current vector's tap 0 and tap 1)
+#pragma GCC unroll 8
+    for (int i = 0; i < I; ++i) {
+        const float* row = xc + (top + i) * W - pw;
+        const column_masks<3, 2>& c = m.of(0);
+        const bool live = top + i >= 0 && top + i < H;
+        const __m512 lo = _mm512_maskz_loadu_ps(live ? c.m0[0] : 0, row), hi = _mm512_maskz_loadu_ps(live ? c.m1[0] : 0, row + 16);
+        e[i] = _mm512_permutex2var_ps(lo, even, hi);
+        o[i] = _mm512_permutex2var_ps(lo, odd, hi);
+    }
+    for (conv_dim t = 0; t < m.T; ++t) {
+        const column_masks<3, 2>& c = m.of(t + 1);
+        __m512 acc[R];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+            acc[r] = _mm512_setzero_ps();
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < I; ++i) {
+            if (top + i < 0 || top + i >= H) {
+                continue;
+            }
+            const float* row = xc + (top + i) * W + 32 * (t + 1) - pw;
+            const __m512 lo = _mm512_maskz_loadu_ps(c.m0[0], row), hi = _mm512_maskz_loadu_ps(c.m1[0], row + 16);
+            const __m512 next = _mm512_permutex2var_ps(lo, even, hi);
+            const __m512 v2 = _mm512_castsi512_ps(_mm512_mask_alignr_epi32(
+                _mm512_castps_si512(e[i]), 0xFFFF, _mm512_castps_si512(next), _mm512_castps_si512(e[i]), 1));
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) {
+                const int kh = i - r * 2;
+                if (kh >= 0 && kh < 3) {
+                    acc[r] = _mm512_fmadd_ps(wc.at(kh * 3), e[i], acc[r]);
+                    acc[r] = _mm512_fmadd_ps(wc.at(kh * 3 + 1), o[i], acc[r]);
+                    acc[r] = _mm512_fmadd_ps(wc.at(kh * 3 + 2), v2, acc[r]);
+                }
+            }
+            e[i] = next;
+            o[i] = _mm512_permutex2var_ps(lo, odd, hi);
+        }
+        const __mmask16 out = m.of(t).out;
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+            if (on) {
+                tiles::simd<float>::v v = acc[r];
+                acc[r] = tiles::finish<float>(v, fin, b);
+            }
+            _mm512_mask_storeu_ps(yc + (oh + r) * OW + 16 * t, out, acc[r]);
+        }
+    }
+}
+
+// Output rows [oh, oh + R) across the row, 16 outputs at a time (the column masks from m).
 template <int K, int S, int R>
 __attribute__((always_inline)) inline void rows_across(const float* xc, conv_dim H, conv_dim W, conv_dim OW,
-                                                       conv_dim oh, conv_dim top, conv_dim pw, const float* wc,
-                                                       __m512i even, bool on, const affine<float>& fin, float b,
-                                                       float* yc) {
-    for (conv_dim ow = 0; ow < OW; ow += 16) {
-        __mmask16 m0[K], m1[K];
-        const conv_dim at = S * ow - pw;  // (lane l of column tap kw reads column at + kw + S·l)
-#pragma GCC unroll 8
-        for (int kw = 0; kw < K; ++kw) {
-            m0[kw] = lanes_in(0, W, at + kw);
-            m1[kw] = S == 1 ? __mmask16(0) : lanes_in(0, W, at + kw + 16);  // (stride 2's second load)
-        }
-        rows_block<K, S, R>(xc, H, W, OW, oh, top, at, wc, m0, m1, lanes_in(0, OW, ow), even, on, fin, b, yc + ow);
+                                                       conv_dim oh, conv_dim top, conv_dim pw,
+                                                       const tap_weights<K>& wc, const row_masks<K, S>& m, __m512i even, bool on,
+                                                       const affine<float>& fin, float b, float* yc) {
+    for (conv_dim t = 0; t < m.T; ++t) {
+        const column_masks<K, S>& c = m.of(t);
+        rows_block<K, S, R>(xc, H, W, OW, oh, top, S * 16 * t - pw, wc, c.m0, c.m1, c.out, even, on, fin, b,
+                            yc + 16 * t);
     }
 }
 
 // One channel's output plane yc from its input plane xc and its K × K weights wc, the affine fin in registers:
 // R rows at a time (4 at stride 1, 2 at stride 2), then row by row, each across the row 16 outputs at a time.
+// (The affine is copied into a local: read through fin, GCC reloaded its bias and bounds for every vector, as the
+// masked stores may alias them.)
 template <int K, int S>
 KS_OWN_FRAME void rows_plane(const conv_shape& s, const float* xc, const float* wc, float* yc,
-                                          const affine<float>& fin) {
+                                          const affine<float>& fin, const row_masks<K, S>& m) {
     constexpr int R = S == 1 ? 4 : 2;
     const conv_dim H = s.in[1], W = s.in[2], OH = s.out[1], OW = s.out[2], ph = s.pad[1], pw = s.pad[2];
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const bool on = bool(fin);
-    const float b = on && fin.bias != nullptr ? fin.bias[0] : 0.0f;
+    const affine<float> f = fin;
+    const tap_weights<K> wt(wc);
+    const bool on = bool(f);
+    const float b = on && f.bias != nullptr ? f.bias[0] : 0.0f;
     conv_dim oh = 0;
+    if constexpr (K == 3 && S == 2) {
+        if (m.T > 1) {  // (rows of one vector: the walk's vector ahead would be all padding)
+            for (; oh + R <= OH; oh += R) {
+                rows_walk<R>(xc, H, W, OW, oh, oh * S - ph, pw, wt, m, on, f, b, yc);
+            }
+            if (oh < OH) {  // (an odd last row: by rows_across, a walk of one row is 1.5 KB more code)
+                rows_across<K, S, 1>(xc, H, W, OW, oh, oh * S - ph, pw, wt, m, even, on, f, b, yc);
+            }
+            return;
+        }
+    }
     for (; oh + R <= OH; oh += R) {
-        rows_across<K, S, R>(xc, H, W, OW, oh, oh * S - ph, pw, wc, even, on, fin, b, yc);
+        rows_across<K, S, R>(xc, H, W, OW, oh, oh * S - ph, pw, wt, m, even, on, f, b, yc);
     }
     for (; oh < OH; ++oh) {
-        rows_across<K, S, 1>(xc, H, W, OW, oh, oh * S - ph, pw, wc, even, on, fin, b, yc);
+        rows_across<K, S, 1>(xc, H, W, OW, oh, oh * S - ph, pw, wt, m, even, on, f, b, yc);
     }
 }
 
-__attribute__((noinline)) inline void rows_channels(const conv_shape& s, conv_dim images, const float* x,
-                                                    const float* w, float* y, const epilogue<float>& epi) {
+// Every channel of every image by rows_plane<K, S>, the column masks made once.
+template <int K, int S>
+__attribute__((noinline)) void rows_images(const conv_shape& s, conv_dim images, const float* x, const float* w,
+                                           float* y, const epilogue<float>& epi) {
     const conv_dim taps = s.taps(), n = s.positions(), in = s.in_plane(), C = s.channels;
-    const bool five = s.kernel[1] == 5, two = s.stride[1] == 2;
+    const row_masks<K, S> m(s.in[2], s.out[2], s.pad[2]);
     for (conv_dim image = 0; image < images; ++image) {
         const epilogue<float> eg = epi.group(image, 0);
         for (conv_dim c = 0; c < C; ++c) {
-            const float* xc = x + (image * C + c) * in;
             float* yc = y + (image * C + c) * n;
             const affine<float> fin = eg.in_registers(c);
-            if (five) {
-                rows_plane<5, 1>(s, xc, w + c * taps, yc, fin);
-            } else {
-                two ? rows_plane<3, 2>(s, xc, w + c * taps, yc, fin) : rows_plane<3, 1>(s, xc, w + c * taps, yc, fin);
-            }
+            rows_plane<K, S>(s, x + (image * C + c) * in, w + c * taps, yc, fin, m);
             if (!fin) {
                 eg(c, 0, yc, n, 1, 1, n);
             }
         }
+    }
+}
+
+inline void rows_channels(const conv_shape& s, conv_dim images, const float* x, const float* w, float* y,
+                          const epilogue<float>& epi) {
+    if (s.kernel[1] == 5) {
+        rows_images<5, 1>(s, images, x, w, y, epi);
+    } else {
+        s.stride[1] == 2 ? rows_images<3, 2>(s, images, x, w, y, epi) : rows_images<3, 1>(s, images, x, w, y, epi);
     }
 }
 
