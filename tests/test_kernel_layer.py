@@ -115,6 +115,9 @@ def test_a_package_compiles_the_parts_it_calls():
     assert kernel_parts("ks::max_pool<float>(s, 1, x, y, room)") == ("convs",)
     assert kernel_parts("ks::qmatmul<uint8_t, int8_t>(..); ks::tiled_gemm<float>(..)") == ("products", "int8")
     assert kernel_parts("ks::qpack_rows(m, k, 1, w, out)") == ("int8",)
+    assert kernel_parts("ks::parts::tiled_gemm<float>(part, parts, slot, ..); ks::parts::product_parts<float>(..)") == (
+        "products",)  # (threads = N: a part of a product needs the products alone)
+    assert kernel_parts("ks::parts::conv_parts<float>(..); ks::parts::depthwise<float>(..)") == ("convs",)
     assert kernel_parts("for (int64_t i = 0; i < n; ++i) y[i] = ks::max<float>(x[i], 0.0f);") == ()
     assert kernel_objects(("x86-64", "x86-64-v3"), "", ("convs", "int8")) == [
         "kernels_x86_64_convs.o", "kernels_x86_64_int8.o", "kernels_x86_64_v3_convs.o", "kernels_x86_64_v3_int8.o"]

@@ -107,17 +107,18 @@ def target_record(t: Target) -> dict:
 
 
 KERNEL_PART_CALLS = {
-    "products": re.compile(r"\bks::(tiled_gemm|packed_gemm|gemm|parts::\w+)<"),
+    "products": re.compile(r"\bks::(tiled_gemm|packed_gemm|gemm|parts::(tiled_gemm|packed_gemm))<"),
     "convs": re.compile(r"\bks::(conv|conv_as|conv_rows|conv_winograd|conv_depthwise|conv_dots|conv_pointwise|"
-                        r"winograd_kernel|max_pool|parts::\w+)<"),
+                        r"winograd_kernel|max_pool|parts::(conv|depthwise|winograd))<"),
     "int8": re.compile(r"\bks::(qconv|qconv_depthwise|qmatmul|qmatmul_folded|qlookup|qsoftmax)<|"
                        r"\bks::(qpack_rows|qpack_columns)\b"),
 }
 """The kernel layer's parts (ks/kernels.h, src/ks/kernels.cpp: one object each per level) and the calls in generated
 code that need each: a package of matrix products alone compiles the products' part only (a quarter of the layer's
 compile), a package of loops alone none. The convs part holds the products too (one translation unit: they share the
-register tiles and GCC's local copies of them, which two objects would each carry). (ks::parts:: wrappers of
-`threads = N` builds call products and convs.)"""
+register tiles and GCC's local copies of them, which two objects would each carry). ks::parts:: (`threads = N`) are
+templates of the generated code: each wraps a product or a convolution and needs what it wraps (a threaded package
+of products alone compiled the whole float layer before)."""
 
 
 def kernel_parts(source: str) -> tuple[str, ...]:
