@@ -143,11 +143,11 @@ def test_the_python_api_builds_for_this_machine(manifest):
     _check_against_torch(portable)
 
 
-def test_ksbuild_here_builds_for_this_machine(manifest, monkeypatch):
+def test_ksbuild_here_builds_for_this_machine(manifest, monkeypatch, tmp_path):
     """$KSBUILD_HERE=1 (which the suite sets): `ksbuild package` compiles what ksbuild.build does, this machine's
     level alone, under its own key; 0 or unset: the portable build; another value is refused, naming the variable."""
     from ksbuild.errors import KsbuildError
-    from ksbuild.packaging.package import planned
+    from ksbuild.packaging.package import package, planned
     monkeypatch.setenv("KSBUILD_HERE", "1")
     m, _, here = planned(manifest)
     assert m.build.cpu == host_level()
@@ -158,6 +158,9 @@ def test_ksbuild_here_builds_for_this_machine(manifest, monkeypatch):
     monkeypatch.setenv("KSBUILD_HERE", "yes")
     with pytest.raises(KsbuildError, match="KSBUILD_HERE='yes'"):
         planned(manifest)
+    monkeypatch.setenv("KSBUILD_HERE", "1")  # (the project built under that key is this machine's: no dispatch)
+    tree = package(manifest, tmp_path / "dist", progress=lambda s: None)
+    assert not list(tree.glob("share/levels/src/*_dispatch.cpp")) and list(tree.glob("share/levels/src/*.cpp"))
 
 
 @pytest.mark.parametrize("target, cpu, backend", [("host", "native", "plain"), ("host", "x86-64-v3", "plain"),

@@ -185,6 +185,7 @@ def package(manifest: str | Path, out: str | Path | None = None, *, target: str 
             backend: str | None = None, here: bool | None = None) -> Path:
     """Render, build and install; returns the install tree (reused when nothing changed). here: for this
     machine's CPU alone (`for_here`); None: as $KSBUILD_HERE says (`here_by_default`)."""
+    here = here_by_default() if here is None else here  # (resolved once: the key and the rendered project agree)
     m, t, key = planned(manifest, target, backend, python_module, here)
     out = Path(out) if out is not None else Path.cwd() / "dist" / m.name
     if _is_current(out, m.name, key):
