@@ -76,15 +76,10 @@ def _cache(tmp_path_factory):
         # for the next; tests/test_cache_entries.py checks the limit)
         os.environ.setdefault("KSBUILD_CACHE_MAX_SIZE", "0")
     # Packages are built for this machine's CPU alone, as ksbuild.build builds them (one compile instead of one per
-    # x86-64 level): the tests of the portable build, its levels and their run-time choice say portable_build.
+    # x86-64 level); a test of the portable build sets KSBUILD_HERE=0 (test_onnx_examples' `installed`) or asks
+    # for it (ksbuild.build(..., portable=True): test_dispatch).
     os.environ.setdefault("KSBUILD_HERE", "1")
     yield
-
-
-@pytest.fixture
-def portable_build(monkeypatch):
-    """For a test of `ksbuild package`'s portable build (every x86-64 level, chosen at run time)."""
-    monkeypatch.setenv("KSBUILD_HERE", "0")
 
 
 @pytest.fixture(autouse=True)
