@@ -9,7 +9,7 @@ __all__ = ["Kernel", "KsbuildError", "build", "custom_jvp", "custom_vjp", "eleme
            "load", "register", "vmap", "__version__"]
 
 
-def build(manifest, *, out=None, target="host", quiet=None, backend=None, portable=False):
+def build(manifest, *, out=None, target="host", quiet=None, backend=None, portable=False, optimize=None):
     """Build a manifest (cached by content hash) and load its exports; see ksbuild.packaging.loader.
     A KsbuildError (an error in the user's files, located) is raised without ksbuild's own frames, and
     ksbuild's warnings point at the caller's line."""
@@ -21,7 +21,8 @@ def build(manifest, *, out=None, target="host", quiet=None, backend=None, portab
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always", KsbuildWarning)
         try:
-            pkg = _build(manifest, out=out, target=target, quiet=quiet, backend=backend, portable=portable)
+            pkg = _build(manifest, out=out, target=target, quiet=quiet, backend=backend, portable=portable,
+                         optimize=optimize)
         except KsbuildError as e:
             error = e
         else:

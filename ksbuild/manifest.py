@@ -25,7 +25,7 @@ PACKAGE_KEYS = ("name", "version")
 BUILD_KEYS = ("backend", "dtype", "target", "cpu", "threads", "weights", "werror", "optimize")
 KERNEL_KEYS = ("python", "signature", "onnx", "weights", "torch", "onnx_semantics")
 SOURCE_KEYS = ("python", "onnx", "torch")  # a kernel has exactly one source
-OPTIMIZE = ("speed", "size")  # -O3 (and, on x86-64, every instruction set level) / -Os, one build
+OPTIMIZE = ("speed", "size", "debug")  # -O3 (and, on x86-64, every level) / -Os, one build / -Og -g, one build
 WEIGHTS = ("embed", "external")  # ONNX initializers / torch parameters and buffers: linked in, or passed by the caller
 ONNX_SEMANTICS = ("onnxruntime", "reference")  # where onnxruntime and onnx.reference compute differently
 SIGNATURE_DTYPES = ("f32", "f64", "i32", "i64", "bool")  # the dtypes a Python kernel computes with
@@ -106,7 +106,9 @@ class BuildSpec:
     threads: int = 0  # > 1: layers and batch loops split over N threads (ks/pool.h; not runtime-free); 0, 1: none
     weights: str = "embed"  # ONNX kernels: initializers linked into the library, or arguments ("external")
     werror: bool = True  # compile with -Werror (false: a compiler's warning does not stop the build)
-    optimize: str = "speed"  # "size": -Os and one instruction set level (the target's baseline or [build] cpu)
+    optimize: str = "speed"  # "size": -Os and one instruction set level (the target's baseline or [build] cpu);
+    # "debug": the package's own code at -Og -g, one level (quick to compile, steps through in a debugger; the kernel
+    # layer keeps the speed build's flags and objects)
 
 
 @dataclass(frozen=True)
@@ -181,11 +183,12 @@ class _Ctx:
         return KsbuildError(message, self.loc(path), hint)
 
 
-def load_manifest(path: str | Path, backend: str | None = None, target: str | None = None) -> Manifest:
+def load_manifest(path: str | Path, backend: str | None = None, target: str | None = None,
+                  optimize: str | None = None) -> Manifest:
     """Read, parse and validate a manifest.toml (or the manifest.toml in a directory).
 
-    `backend` (from --backend or the Python API) replaces the manifest's [build] backend; `target` (from
-    --target) is the one [build] cpu is checked against, instead of the manifest's own.
+    `backend` and `optimize` (from --backend / --optimize or the Python API) replace the manifest's [build] backend
+    and optimize; `target` (from --target) is the one [build] cpu is checked against, instead of the manifest's own.
     """
     p = Path(path) / "manifest.toml" if Path(path).is_dir() else Path(path)
     try:
@@ -204,6 +207,11 @@ def load_manifest(path: str | Path, backend: str | None = None, target: str | No
             raise KsbuildError(f"unknown backend '{backend}'; known backends: {', '.join(BACKENDS)}",
                                hint=f"use one of: {', '.join(BACKENDS)}")
         build = replace(build, backend=backend)
+    if optimize is not None:
+        if optimize not in OPTIMIZE:
+            raise KsbuildError(f"unknown optimize '{optimize}'; valid: {', '.join(OPTIMIZE)}",
+                               hint=f"use one of: {', '.join(OPTIMIZE)}")
+        build = replace(build, optimize=optimize)
     return Manifest(p.resolve(), name, version, build, kernels, exports, ctx.text)
 
 

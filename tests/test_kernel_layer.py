@@ -149,6 +149,28 @@ def test_two_packages_link_into_one_c_program_and_compute_what_numpy_does(trees,
     np.testing.assert_allclose(got[40:], want2.ravel(), rtol=1e-5, atol=1e-5)
 
 
+def test_a_debug_build_compiles_its_own_code_for_debugging_and_takes_the_speed_kernels(trees):
+    """optimize = "debug" (here through ksbuild.build): the package's source at -Og -g, the kernel layer the speed
+    build's objects from the cache (no kernel compile), the values those of numpy."""
+    import ksbuild
+    out, _ = trees
+    manifest = out["kl_dense"].parent.parent / "kl_dense" / "manifest.toml"
+    from ksbuild.packaging.package import package
+    said: list[str] = []
+    tree = package(manifest, out["kl_dense"].parent / "kl_dense_debug", optimize="debug", progress=said.append)
+    assert "compiling kl_dense.cpp" in "\n".join(said) and "the kernel layer" not in "\n".join(said), said
+    info = subprocess.run(["readelf", "--debug-dump=info", str(tree / "lib" / "libkl_dense.a")], capture_output=True,
+                          text=True).stdout
+    producers = set(re.findall(r"DW_AT_producer .*?: (GNU C\+\+.*)", info))
+    assert producers and all(" -Og" in p for p in producers), producers  # (only the package's own object has -g)
+    pkg = ksbuild.build(manifest, optimize="debug", quiet=True)
+    rng = np.random.default_rng(5)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((3, 12), (12, 20), (20,)))
+    np.testing.assert_allclose(pkg.dense(x, w, b), np.maximum(x @ w + b, 0), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ksbuild.KsbuildError, match="unknown optimize 'fast'; valid: speed, size, debug"):
+        ksbuild.build(manifest, optimize="fast")
+
+
 def test_kernel_layer_symbols_are_local_to_each_library(trees):
     out, _ = trees
     for name, tree in out.items():
@@ -350,6 +372,7 @@ def test_the_prelude_is_precompiled_once_and_gives_the_same_object(tmp_path):
     cache does not pay for it), the second compiles it into the cache, a third package reads it from there (the headers in a .gch are not among the dependencies GCC writes for an object, and it warns
     under -Winvalid-pch when it cannot read one), and each object is byte for byte the one compiled without it."""
     import sys
+
     from ksbuild.compile.cmake import cmake_exe
     cmake, cache = cmake_exe(), tmp_path / "cache"
 

@@ -26,7 +26,7 @@ def _progress(quiet: bool | None):
 
 
 def build(manifest: str | Path, *, out: str | Path | None = None, target: str = "host", quiet: bool | None = None,
-          backend: str | None = None, portable: bool = False) -> Package:
+          backend: str | None = None, portable: bool = False, optimize: str | None = None) -> Package:
     """Build a manifest (cached by content hash) and load its exports for calling from Python.
 
     While it compiles C++, a line per object compiled (with the elapsed time) goes to stderr; a cached build
@@ -34,15 +34,17 @@ def build(manifest: str | Path, *, out: str | Path | None = None, target: str = 
 
     backend (a name in compile/backends.py's BACKENDS) replaces the manifest's [build] backend. The build is for this
     machine's instruction set where [build] cpu leaves it to ksbuild; portable=True compiles every x86-64
-    level and chooses at run time, as `ksbuild package` does (to test or time the library you ship)."""
+    level and chooses at run time, as `ksbuild package` does (to test or time the library you ship). optimize
+    ("speed", "size" or "debug") replaces the manifest's [build] optimize: "debug" compiles the package's own code at
+    -Og -g, several times faster than at -O3, to iterate on values or step through it in a debugger."""
     from ..manifest import load_manifest
     from .package import cache_root, content_hash, package
 
     if target != "host":
         raise KsbuildError("ksbuild.build loads the result into this Python, so the target must be 'host'")
-    m = load_manifest(manifest, backend)
+    m = load_manifest(manifest, backend, optimize=optimize)
     root = Path(out) if out is not None else \
         cache_root() / "python" / m.name / content_hash(m, target, "py portable" if portable else "py")
     package(manifest, root, target=target, python_module=True, progress=_progress(quiet), backend=backend,
-            here=not portable)
+            here=not portable, optimize=optimize)
     return Package(root)

@@ -46,7 +46,7 @@ def content_hash(m: Manifest, target: str, extra: str = "") -> str:
     key): the manifest text and the source of every kernel (named as the manifest names it), the target, its
     compiler (path, version, machine), CMake, build flags, and ksbuild itself."""
     h = hashlib.sha256()
-    for part in (VERSION, extra, m.build.backend, m.text, *build_identity(get_target(target))):
+    for part in (VERSION, extra, m.build.backend, m.build.optimize, m.text, *build_identity(get_target(target))):
         h.update(part.encode() + b"\0")
     for name, f in _named_sources(m):
         h.update(name.encode() + b"\0" + f.read_bytes())
@@ -77,11 +77,17 @@ def kernel_cache(m: Manifest, t: Target) -> Path:
     the other way round; except cpu = "native", whose object differs from one machine to the next."""
     h = hashlib.sha256()
     cpu = m.build.cpu if m.build.cpu == "native" else ""
-    for part in (VERSION, cpu, _thread_flags(m), m.build.optimize, *build_identity(t)):
+    for part in (VERSION, cpu, _thread_flags(m), kernel_optimize(m), *build_identity(t)):
         h.update(part.encode() + b"\0")
     for f in [resource_dir("templates") / "CMakeLists.txt.j2", *sorted((resource_dir("prelude") / "ks").iterdir())]:
         h.update(f.name.encode() + b"\0" + f.read_bytes())
     return cache_root() / "kernels" / h.hexdigest()[:20]
+
+
+def kernel_optimize(m: Manifest) -> str:
+    """How the kernel layer is compiled: as the manifest says, except that a debug build takes the speed build's
+    objects (optimize = "debug" compiles the package's own code for debugging, not the kernels)."""
+    return "speed" if m.build.optimize == "debug" else m.build.optimize
 
 
 def _thread_flags(m: Manifest) -> str:
@@ -159,10 +165,11 @@ def resolve_target(m: Manifest, name: str | None, python_module: bool = False) -
 
 
 def render(manifest: str | Path, out: Path, progress: Callable[[str], None] = print,
-           backend: str | None = None, target: str | None = None, here: bool = False) -> Manifest:
-    """Write the standalone CMake project of a manifest into `out` (backend, target override [build]; here: for
-    this machine's CPU alone, see `for_here`)."""
-    m = load_manifest(manifest, backend, target)
+           backend: str | None = None, target: str | None = None, here: bool = False,
+           optimize: str | None = None) -> Manifest:
+    """Write the standalone CMake project of a manifest into `out` (backend, target, optimize override [build]; here:
+    for this machine's CPU alone, see `for_here`)."""
+    m = load_manifest(manifest, backend, target, optimize)
     t = resolve_target(m, target)
     m = for_here(m, t) if here else m
     progress(f"ksbuild: compiling {len(m.exports)} export(s) of package '{m.name}'")
@@ -182,11 +189,12 @@ def render(manifest: str | Path, out: Path, progress: Callable[[str], None] = pr
 
 def package(manifest: str | Path, out: str | Path | None = None, *, target: str = "host", jobs: int | None = None,
             python_module: bool = False, progress: Callable[[str], None] = print,
-            backend: str | None = None, here: bool | None = None) -> Path:
+            backend: str | None = None, here: bool | None = None, optimize: str | None = None) -> Path:
     """Render, build and install; returns the install tree (reused when nothing changed). here: for this
-    machine's CPU alone (`for_here`); None: as $KSBUILD_HERE says (`here_by_default`)."""
+    machine's CPU alone (`for_here`); None: as $KSBUILD_HERE says (`here_by_default`). optimize: replaces [build]
+    optimize."""
     here = here_by_default() if here is None else here  # (resolved once: the key and the rendered project agree)
-    m, t, key = planned(manifest, target, backend, python_module, here)
+    m, t, key = planned(manifest, target, backend, python_module, here, optimize)
     out = Path(out) if out is not None else Path.cwd() / "dist" / m.name
     if _is_current(out, m.name, key):
         _touch_used(key, out)
@@ -213,10 +221,10 @@ def package(manifest: str | Path, out: str | Path | None = None, *, target: str 
 
 
 def planned(manifest: str | Path, target: str = "host", backend: str | None = None, python_module: bool = False,
-            here: bool | None = None) -> tuple[Manifest, Target, str]:
+            here: bool | None = None, optimize: str | None = None) -> tuple[Manifest, Target, str]:
     """What package() builds: the manifest (for this machine's CPU where `here`, or $KSBUILD_HERE, says so), the
     target, and the build's cache key."""
-    m = load_manifest(manifest, backend, target)
+    m = load_manifest(manifest, backend, target, optimize)
     t = resolve_target(m, target, python_module)
     m = for_here(m, t) if (here_by_default() if here is None else here) else m
     return m, t, content_hash(m, t.name, ("py " if python_module else "") + m.build.cpu)
@@ -286,7 +294,7 @@ def _build_into_cache(manifest, m: Manifest, key: str, t: Target, jobs, python_m
     tmp = Path(tempfile.mkdtemp(prefix="build-", dir=work))
     log = tmp.with_suffix(".log")  # beside the temporary folder: a failed build's log outlives it
     try:
-        render(manifest, tmp / "project", progress, m.build.backend, t.name, here=here)
+        render(manifest, tmp / "project", progress, m.build.backend, t.name, here=here, optimize=m.build.optimize)
         progress(f"ksbuild: building {m.name} for {t.name}")
         _compile(tmp, m, t, log, jobs, python_module, progress)
         (tmp / "install" / "share" / m.name / STAMP).write_text(key + "\n")
