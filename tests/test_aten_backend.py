@@ -13,6 +13,7 @@ import subprocess
 
 import numpy as np
 import pytest
+from conftest import DEBUG
 
 import ksbuild
 from ksbuild.errors import KsbuildError
@@ -74,7 +75,7 @@ def manifest(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def pkgs(manifest):
-    return {b: ksbuild.build(manifest, backend=b) for b in ("plain", "aten")}
+    return {b: ksbuild.build(manifest, backend=b, optimize=DEBUG) for b in ("plain", "aten")}
 
 
 def _args(name: str, rng):

@@ -12,7 +12,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import build_kernel_file
+from conftest import DEBUG, build_kernel_file
 
 from ksbuild.exports import apply_transform, compile_kernel
 from ksbuild.ir.interp import eval_func
@@ -74,7 +74,7 @@ MANIFEST = "\n".join(['[package]', 'name = "calls"', '[build]', 'dtype = "float6
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("calls")
-    pkg, _ = build_kernel_file(root, KERNELS, MANIFEST, "calls_k")
+    pkg, _ = build_kernel_file(root, KERNELS, MANIFEST, "calls_k", DEBUG)
     return pkg, root
 
 
@@ -219,7 +219,7 @@ def big_built(tmp_path_factory):
     manifest = ('[package]\nname = "bigcalls"\n[build]\ndtype = "float64"\nthreads = 2\n[kernels.user]\n'
                 'python = "k.py:user"\n'
                 "[exports]\n" + "".join(f'{k} = "{v}"\n' for k, v in BIG_EXPORTS.items()))
-    pkg, source = build_kernel_file(root, _big_kernels(40), manifest, "bigcalls_k")
+    pkg, source = build_kernel_file(root, _big_kernels(40), manifest, "bigcalls_k", DEBUG)
     return pkg, source, root
 
 

@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 
 import ksbuild
-
 from ksbuild.compile.cmake import cmake_exe
 from ksbuild.packaging.package import render
 from ksbuild.packaging.runtime import Package

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import build_kernel_file
+from conftest import DEBUG, build_kernel_file
 
 from ksbuild.errors import KsbuildError
 from ksbuild.frontends.python.source import compile_python_kernel
@@ -80,7 +80,7 @@ def built(tmp_path_factory):
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(30_000)  # (CPython's own compiler needs it for the sum of 5000 terms: the oracle)
     try:
-        return build_kernel_file(tmp_path_factory.mktemp("robust"), KERNELS, MANIFEST, "robust_kernels")
+        return build_kernel_file(tmp_path_factory.mktemp("robust"), KERNELS, MANIFEST, "robust_kernels", DEBUG)
     finally:
         sys.setrecursionlimit(limit)
 

@@ -40,7 +40,7 @@ def pkg():
     """The benchmark's package, built once."""
     import ksbuild
 
-    return ksbuild.build(GRADBENCH / "manifest.toml", quiet=True)
+    return ksbuild.build(GRADBENCH / "manifest.toml", quiet=True)  # (at speed: the tool test takes it from the cache)
 
 
 @pytest.mark.parametrize(("module", "index"), CASES)

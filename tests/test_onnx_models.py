@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import DEBUG
 
 onnx = pytest.importorskip("onnx", reason="the onnx package is not installed")
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
@@ -23,7 +24,7 @@ def models(tmp_path_factory):
                       f'[kernels.{n}_w]\nonnx = "{n}.onnx"\nweights = "external"\n\n' for n in NAMES)
     exports = "".join(f'{n} = "{n}"\n{n}_vjp = "vjp({n}_w)"\n' for n in NAMES)
     (d / "manifest.toml").write_text(f'[package]\nname = "onnx_models"\n\n{kernels}[exports]\n{exports}')
-    return ksbuild.build(d / "manifest.toml"), modules, d
+    return ksbuild.build(d / "manifest.toml", optimize=DEBUG), modules, d
 
 
 def _weights(path):

@@ -10,6 +10,7 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import DEBUG
 
 onnx = pytest.importorskip("onnx", reason="the onnx package is not installed")
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
@@ -152,7 +153,7 @@ def built(tmp_path_factory):
     exports = "\n".join([f'{k} = "{k}"' for k in names] + [f'{k}_vjp = "vjp({k})"' for k in GRADIENTS] +
                         ['svc_proba_vmap = "vmap(svc_proba)"'])
     (root / "manifest.toml").write_text(f'[package]\nname = "sk"\n\n[kernels]\n{kernels}\n\n[exports]\n{exports}\n')
-    return ksbuild.build(root / "manifest.toml", quiet=True), root, fitted, data
+    return ksbuild.build(root / "manifest.toml", quiet=True, optimize=DEBUG), root, fitted, data
 
 
 def _ort(root, name, x):

@@ -26,6 +26,7 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import DEBUG
 
 onnx = pytest.importorskip("onnx", reason="the onnx package is not installed")
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
@@ -161,7 +162,7 @@ def built(tmp_path_factory):
     kernels = "".join(f'[kernels.{n}]\nonnx = "{n}.onnx"\n\n' for n in MODELS)
     exports = "".join(f'{n} = "{n}"\n' for n in MODELS) + "".join(f'{n}_vjp = "vjp({n})"\n' for n in VJP)
     (d / "manifest.toml").write_text(f'[package]\nname = "onnx_torch_exports"\n\n{kernels}[exports]\n{exports}')
-    return ksbuild.build(d / "manifest.toml"), modules, d
+    return ksbuild.build(d / "manifest.toml", optimize=DEBUG), modules, d
 
 
 @pytest.mark.parametrize("name", MODELS)

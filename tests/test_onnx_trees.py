@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import DEBUG
 
 onnx = pytest.importorskip("onnx", reason="the onnx package is not installed")
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
@@ -84,7 +85,7 @@ def forests(tmp_path_factory):
     (root / "manifest.toml").write_text(
         f'[package]\nname = "forests"\n\n[kernels]\n{kernels}\n\n[exports]\n{exports}\n'
         'r_sum_vjp = "vjp(r_sum)"\nr_sum_vmap = "vmap(r_sum)"\n')
-    return ksbuild.build(root / "manifest.toml", quiet=True), root
+    return ksbuild.build(root / "manifest.toml", quiet=True, optimize=DEBUG), root
 
 
 def _inputs(name: str, n: int) -> np.ndarray:

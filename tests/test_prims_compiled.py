@@ -113,7 +113,8 @@ def _build(d, backend: str, fs: dict):
     from ksbuild.packaging.runtime import Package
     d.mkdir()
     (d / "k.py").write_text("def k(x: float) -> float:\n    return x\n")
-    (d / "manifest.toml").write_text(f'[package]\nname = "prims_{backend}"\n\n[build]\nbackend = "{backend}"\n\n'
+    (d / "manifest.toml").write_text(f'[package]\nname = "prims_{backend}"\n\n[build]\nbackend = "{backend}"\n'
+                                     'optimize = "debug"\n\n'  # (conftest.DEBUG: values; the C++ form is the same)
                                      '[kernels.k]\npython = "k.py:k"\n\n[exports]\nk = "k"\n')
     m = for_here(load_manifest(d / "manifest.toml"), TARGETS["host"])  # (this machine's level: one compile)
     spec, kernel = next(iter(m.exports.values())), m.kernels["k"]

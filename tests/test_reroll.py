@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import DEBUG, ROOT
 
 torch = pytest.importorskip("torch")
 import reroll_models as models  # noqa: E402
@@ -186,7 +186,7 @@ def pkg(tmp_path_factory):
         '[kernels.gates]', f'torch = "{MODELS_FILE}:make_gates_40"', '',
         '[exports]', 'F = "adbench"', 'G = "grad(adbench, argnums=(0, 1))"', 'gates = "gates"',
         'gates_vjp = "vjp(gates)"', '']))
-    return ksbuild.build(path)
+    return ksbuild.build(path, optimize=DEBUG)
 
 
 def test_compiled_matches_torch(pkg):

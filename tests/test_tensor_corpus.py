@@ -27,6 +27,7 @@ from typing import Callable
 import numpy as np
 import pytest
 import torch
+from conftest import DEBUG
 
 import ksbuild
 from ksbuild.errors import KsbuildError
@@ -457,7 +458,7 @@ def build_package(folder: Path, exports: list[tuple[str, str]]):
         lines += [f"[kernels.{name}]", f'python = "tensor_kernels.py:{name}"', ""]
     lines += ["[exports]"] + [f'{export_name(k, kind)} = "{export_expr(k, kind)}"' for k, kind in exports]
     (folder / "manifest.toml").write_text("\n".join(lines) + "\n")
-    return ksbuild.build(folder / "manifest.toml", out=folder / "dist")
+    return ksbuild.build(folder / "manifest.toml", out=folder / "dist", optimize=DEBUG)
 
 
 @pytest.fixture(scope="module")
@@ -532,7 +533,7 @@ def runtime_loop_pkg(tmp_path_factory):
     (root / "manifest.toml").write_text('[package]\nname = "rt"\n[build]\ndtype = "float64"\n'
                                         '[kernels]\nlv = { python = "k.py:lotka_volterra" }\n'
                                         '[exports]\nlv_vjp = "vjp(lv)"\n')
-    return ksbuild.build(root / "manifest.toml")
+    return ksbuild.build(root / "manifest.toml", optimize=DEBUG)
 
 
 @pytest.mark.parametrize("steps", [0, 1, 2, 9])

@@ -10,7 +10,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import DEBUG, ROOT
 
 torch = pytest.importorskip("torch")
 import torch_export_models as models  # noqa: E402
@@ -39,7 +39,7 @@ def pkg(tmp_path_factory):
     folder = tmp_path_factory.mktemp("torch_models")
     kernels = {k: f"make_{k}" for k in models.MODELS}
     exports = {**{k: k for k in kernels}, **{f"{k}_vjp": f"vjp({k})" for k in kernels}}
-    return ksbuild.build(_manifest(folder, "tmodels", kernels, exports))
+    return ksbuild.build(_manifest(folder, "tmodels", kernels, exports), optimize=DEBUG)
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def pkg_external(tmp_path_factory):
     folder = tmp_path_factory.mktemp("torch_models_ext")
     kernels = {"mlp": "make_mlp", "cnn": "make_cnn"}
     exports = {"mlp": "mlp", "mlp_vjp": "vjp(mlp)", "cnn_vjp": "vjp(cnn)"}
-    return ksbuild.build(_manifest(folder, "tmodels_ext", kernels, exports, 'weights = "external"'))
+    return ksbuild.build(_manifest(folder, "tmodels_ext", kernels, exports, 'weights = "external"'), optimize=DEBUG)
 
 
 def _inputs(name: str, batch: int, seed: int = 1) -> list:

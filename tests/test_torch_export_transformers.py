@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import DEBUG, ROOT
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -35,7 +35,7 @@ def pkg(tmp_path_factory):
     """GPT-2 (without and with its cache), BERT and the op modules, compiled once."""
     import ksbuild
     kernels = {k: make.__name__ for k, make in {**models.TRANSFORMERS, **models.OPS, **models.BATCHED}.items()}
-    return ksbuild.build(_manifest(tmp_path_factory.mktemp("tfm"), kernels))
+    return ksbuild.build(_manifest(tmp_path_factory.mktemp("tfm"), kernels), optimize=DEBUG)
 
 
 def _eager(make) -> tuple[list, list]:

@@ -14,7 +14,7 @@ from ksbuild.transforms.vjp import vjp_func
 
 torch = pytest.importorskip("torch")
 
-from conftest import ROOT  # noqa: E402
+from conftest import DEBUG, ROOT  # noqa: E402
 
 FILE = ROOT / "tests" / "frontend_kernels.py"
 _spec = importlib.util.spec_from_file_location("frontend_kernels", FILE)
@@ -106,7 +106,7 @@ def package(tmp_path_factory):
     exports = "".join(f'{n} = "{n}"\n{n}_vjp = "vjp({n})"\n' for n in CASES)
     (folder / "manifest.toml").write_text(f'[package]\nname = "frontend"\n[build]\ndtype = "float64"\n'
                                           f'{kernels}[exports]\n{exports}')
-    return ksbuild.build(folder / "manifest.toml")
+    return ksbuild.build(folder / "manifest.toml", optimize=DEBUG)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -11,7 +11,7 @@ import zipfile
 
 import pytest
 from conftest import ROOT, build_kernel_file
-from test_wheel import gmm_wheel  # noqa: F401  (the session's GMM wheel, built once)
+from test_wheel import gmm_manifest, gmm_wheel  # noqa: F401  (the session's GMM wheel, built once)
 
 torch = pytest.importorskip("torch")
 

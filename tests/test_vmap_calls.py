@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import build_kernel_file
+from conftest import DEBUG, build_kernel_file
 
 from ksbuild.exports import apply_transform, compile_kernel
 from ksbuild.ir.interp import eval_func
@@ -91,7 +91,7 @@ def small_callees_stay_calls():
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("vcalls")
-    pkg, source = build_kernel_file(root, KERNELS, MANIFEST, "vcalls_k")
+    pkg, source = build_kernel_file(root, KERNELS, MANIFEST, "vcalls_k", DEBUG)
     return pkg, source, root
 
 
