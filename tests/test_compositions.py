@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import build_kernel_file
+from conftest import DEBUG, build_kernel_file
 
 torch = pytest.importorskip("torch")
 
@@ -132,7 +132,7 @@ EDGES = [-1000.0, -6.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 2.4, 2.5, 2.6, 6.0, 7.0,
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    return build_kernel_file(tmp_path_factory.mktemp("redcomp"), KERNELS, MANIFEST, "redcomp_kernels")
+    return build_kernel_file(tmp_path_factory.mktemp("redcomp"), KERNELS, MANIFEST, "redcomp_kernels", DEBUG)
 
 
 def t(a, dtype=T):
@@ -348,7 +348,8 @@ power_plus_dd = "grad(grad(power_plus))"
 
 @pytest.fixture(scope="module")
 def compose_built(tmp_path_factory):
-    return build_kernel_file(tmp_path_factory.mktemp("compose"), COMPOSE_KERNELS, COMPOSE_MANIFEST, "compose")
+    return build_kernel_file(tmp_path_factory.mktemp("compose"), COMPOSE_KERNELS, COMPOSE_MANIFEST, "compose",
+                             DEBUG)
 
 
 @pytest.mark.parametrize("n", [0, 3, 4, 7])

@@ -14,6 +14,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import DEBUG
 
 import ksbuild
 from ksbuild.errors import KsbuildError
@@ -158,7 +159,7 @@ def package(folder):
     exports = "".join(f'{n} = "{n}"\n{n}_vjp = "vjp({n})"\n' for n in CASES)
     (folder / "manifest.toml").write_text(f'[package]\nname = "gaps"\n[build]\ndtype = "float64"\n'
                                           f'{kernels}[exports]\n{exports}')
-    return ksbuild.build(folder / "manifest.toml")
+    return ksbuild.build(folder / "manifest.toml", optimize=DEBUG)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import DEBUG, build_kernel_file
+from conftest import build_kernel_file
 
 torch = pytest.importorskip("torch")
 
@@ -156,8 +156,7 @@ def built(tmp_path_factory):
     (root / "m.py").write_text(MODULE)
     kernels = "\n".join(f'[kernels.{k}]\npython = "k.py:{k}"' for k in NAMES) + '\n[kernels.ops]\ntorch = "m.py:make"'
     exports = "\n".join(f'{k} = "{k}"' for k in NAMES) + '\nops = "ops"\nops_vjp = "vjp(ops)"'
-    return build_kernel_file(root, KERNELS, MANIFEST.format(kernels=kernels, exports=exports), "rt_torchvalues_k",
-                             DEBUG)
+    return build_kernel_file(root, KERNELS, MANIFEST.format(kernels=kernels, exports=exports), "rt_torchvalues_k")
 
 
 def _same(got, want, **tol):
