@@ -2,6 +2,7 @@
 against torch.func, interpreted and compiled (one package for the file)."""
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -138,6 +139,8 @@ def test_loop_keeps_only_the_stacked_inputs_it_reads(tmp_path_factory):
 BEFORE_IF_SOURCE = '''\
 import math
 
+import torch
+
 
 def nan_before_if(x: float, y: float) -> float:
     t = math.tanh(math.sqrt(x))
@@ -163,11 +166,17 @@ def nan_factor_before_if(x: float) -> float:
     if x > 0.5:
         return t
     return 2.0 * x
+
+
+def pow_zero_exponent(x: float, y: float) -> float:
+    t = math.pow(math.sqrt(x), torch.clamp(1.0 / y, 0.0, 1.0))
+    return math.log1p(math.pow(y, t))
 '''
 BEFORE_IF_EXPORTS = {
     "g_stmt": "grad(nan_before_if)", "g_expr": "grad(nan_before_ifexp)", "g_cond": "grad(nan_in_condition)",
     "jg_stmt": "jvp(grad(nan_before_if))", "vjpv_stmt": "vjp(vmap(nan_before_if))",
     "vjpv_expr": "vjp(vmap(nan_before_ifexp))", "gg_pow": "grad(grad(nan_factor_before_if))",
+    "g_pow0": "grad(pow_zero_exponent)",
 }
 BEFORE_IF_POINTS = [(-1.0, -1.0), (0.0, -1.0), (4.0, -1.0), (4.0, 2.0), (0.25, 1.0)]
 
@@ -232,6 +241,20 @@ def test_pow_before_an_if_second_order(before_if, x):
     assert eval_func(grad_func(grad_func(ir("nan_factor_before_if"))), [np.float64(x)])[0] == \
         pytest.approx(want, rel=1e-12)
     assert pkg.gg_pow(x) == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("x, y", [(2.2, -0.3), (1.0, -0.36), (2.2, 0.5), (0.5, -2.0)])
+def test_pow_base_derivative_at_a_zero_exponent(before_if, x, y):
+    """fuzz seed 8100 kernel 11: t = sqrt(x) ** clamp(1 / y, 0, 1) is 1 for y < 0, and the cotangent t gets from
+    pow(y, t) is NaN there (its exponent factor log(y), y < 0). torch's pow gives the base 0 where the exponent is 0
+    (where(exponent == 0, 0, ...)), so d/dx = 0; ksbuild multiplied the NaN by y x^(y-1) = 0 (masked by the
+    tangent only): NaN. The select on the exponent is now outside the product, so it masks the cotangent."""
+    ir, pkg = before_if
+    want = [w.item() for w in torch.func.grad(_torch_kernel("pow_zero_exponent"), argnums=(0, 1))(*_t(x, y))]
+    assert not any(math.isnan(w) for w in want)
+    got = eval_func(grad_func(ir("pow_zero_exponent")), [np.float64(x), np.float64(y)])
+    assert [float(v) for v in got] == pytest.approx(want, rel=1e-12)
+    assert list(pkg.g_pow0(x, y)) == pytest.approx(want, rel=1e-12)
 
 
 @pytest.mark.parametrize("y0", [0.0, 1.0])
