@@ -63,6 +63,13 @@ KNOWN = [
           "at x0 = 0, x2 = -1",
           lambda f: f.stage == "compiled-vs-interpreter" and any(
               f"got np.float64({a}inf), want np.float64({b}inf)" in f.message for a, b in (("-", ""), ("", "-")))),
+    Known("oracle-view-error",
+          "the oracle, not ksbuild: torch.func raises 'view size is not compatible with input tensor's size and "
+          "stride' inside the fuzzer's own oracle (fuzz/nesting.py) for reverse over reverse of `W.T @ u` "
+          "(seed 8200 kernel 77: jacrev(vjp(f)) of sqrt(sqrt((W.T @ u) ** 2 + 1)), in u and W or in u and the "
+          "cotangent; the same nesting written directly with torch.func.jacrev and vjp computes it), so there is "
+          "nothing to compare",
+          lambda f: f.stage == "oracle-error" and "view size is not compatible" in f.message),
 ]
 
 
