@@ -3,6 +3,7 @@ against torch.func, interpreted and compiled (one package for the file)."""
 from __future__ import annotations
 
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -20,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repositor
 
 SOURCE = '''\
 import math
+import re
 
 import torch
 
@@ -97,6 +99,7 @@ def test_second_derivative_of_if_expression(ir, pkg, x, y):
 
 LOOP_SOURCE = '''\
 import math
+import re
 
 
 def loop_ifexp(x0: float) -> float:
@@ -138,6 +141,7 @@ def test_loop_keeps_only_the_stacked_inputs_it_reads(tmp_path_factory):
 
 BEFORE_IF_SOURCE = '''\
 import math
+import re
 
 import torch
 
@@ -306,6 +310,7 @@ def test_elu_derivatives_at_0(tmp_path_factory, kernel, x):
 
 LANE_SOURCE = '''\
 import math
+import re
 
 
 def lane_if(x: float) -> float:
@@ -340,6 +345,7 @@ def test_second_derivative_of_a_per_lane_if(tmp_path_factory, export):
 
 SINGULAR_SOURCE = '''\
 import math
+import re
 
 import torch
 
@@ -466,6 +472,7 @@ def test_third_order_at_a_zero_cotangent(singular, c):
 
 POW_SOURCE = '''\
 import math
+import re
 
 
 def pow_ifexp(x: float) -> float:
@@ -487,6 +494,7 @@ def test_reverse_over_forward_of_pow_with_an_if_expression_exponent(tmp_path_fac
 
 LITERAL_ARG_SOURCE = '''\
 import math
+import re
 
 import torch
 
@@ -518,3 +526,35 @@ def test_a_literal_argument_of_a_kept_call_is_packed(tmp_path_factory):
     x = np.array([-0.7, 0.1, 0.4, 2.0])
     want = eval_func(_transformed(ir, expr, "literal_arg"), [x])[0]
     np.testing.assert_allclose(pkg.vhg(x), want, rtol=1e-12, atol=1e-12)
+
+
+MAX_BUFFER_SOURCE = '''\
+import torch
+import torch.nn.functional as F
+
+
+def max_buffer(W: "float[m, n]", y: "float[n]") -> tuple["float[n]", "float[n]"]:
+    if (torch.minimum(W[:, -1], W[:, -1])).max() > 1.0:
+        return (torch.sin(W[-1]) * (W[:, 0]).max()), torch.expm1(torch.sigmoid(y))
+    return torch.sqrt(torch.sqrt(torch.log1p(y) ** 2 + 1.0) ** 2 + 1.0), torch.logsumexp(F.log_softmax(W, dim=1), dim=0)
+'''
+
+
+def test_a_step_declares_only_the_buffers_it_reads(tmp_path):
+    """fuzz seed 8100 kernel 58 (compiled run): a step function of a long export declared the pointer of a buffer named
+    `max` because `reduction(max:...)` in its pragma named it, and never read it: an unused variable that failed the
+    default -Werror build. Rendered only (no C++ compile): every pointer a step declares is read in that step."""
+    from ksbuild.packaging.package import render
+    (tmp_path / "k.py").write_text(MAX_BUFFER_SOURCE)
+    (tmp_path / "manifest.toml").write_text(
+        '[package]\nname = "maxbuf"\nversion = "0.1.0"\n\n[build]\ndtype = "float64"\n\n[kernels.max_buffer]\n'
+        'python = "k.py:max_buffer"\n\n[exports]\n'
+        'vvj = "vjp(vmap(jacfwd(max_buffer, argnums=(0,)), in_axes=(0, None)))"\n')
+    render(tmp_path / "manifest.toml", tmp_path / "out", progress=lambda _: None)
+    source = (tmp_path / "out" / "src" / "maxbuf.cpp").read_text()
+    steps = re.findall(r"KS_STEP \{\n(.*?)\n    \}\(", source, re.S)
+    assert steps and any("reduction(max:" in s for s in steps)
+    for step in steps:
+        code = re.sub(r"reduction\(\w+:", "reduction(:", step)  # (an OpenMP reduction's operator reads nothing)
+        for name in re.findall(r"\* const (\w+) = reinterpret_cast", code):
+            assert len(re.findall(rf"(?<![\w:.]){name}\b", code)) > 1, f"{name} declared and not read"
