@@ -2,6 +2,8 @@
 against torch.func, interpreted and compiled (one package for the file)."""
 from __future__ import annotations
 
+import math
+import re
 import sys
 from pathlib import Path
 
@@ -19,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repositor
 
 SOURCE = '''\
 import math
+import re
 
 import torch
 
@@ -96,6 +99,7 @@ def test_second_derivative_of_if_expression(ir, pkg, x, y):
 
 LOOP_SOURCE = '''\
 import math
+import re
 
 
 def loop_ifexp(x0: float) -> float:
@@ -137,6 +141,9 @@ def test_loop_keeps_only_the_stacked_inputs_it_reads(tmp_path_factory):
 
 BEFORE_IF_SOURCE = '''\
 import math
+import re
+
+import torch
 
 
 def nan_before_if(x: float, y: float) -> float:
@@ -163,11 +170,17 @@ def nan_factor_before_if(x: float) -> float:
     if x > 0.5:
         return t
     return 2.0 * x
+
+
+def pow_zero_exponent(x: float, y: float) -> float:
+    t = math.pow(math.sqrt(x), torch.clamp(1.0 / y, 0.0, 1.0))
+    return math.log1p(math.pow(y, t))
 '''
 BEFORE_IF_EXPORTS = {
     "g_stmt": "grad(nan_before_if)", "g_expr": "grad(nan_before_ifexp)", "g_cond": "grad(nan_in_condition)",
     "jg_stmt": "jvp(grad(nan_before_if))", "vjpv_stmt": "vjp(vmap(nan_before_if))",
     "vjpv_expr": "vjp(vmap(nan_before_ifexp))", "gg_pow": "grad(grad(nan_factor_before_if))",
+    "g_pow0": "grad(pow_zero_exponent)",
 }
 BEFORE_IF_POINTS = [(-1.0, -1.0), (0.0, -1.0), (4.0, -1.0), (4.0, 2.0), (0.25, 1.0)]
 
@@ -234,6 +247,20 @@ def test_pow_before_an_if_second_order(before_if, x):
     assert pkg.gg_pow(x) == pytest.approx(want, rel=1e-12)
 
 
+@pytest.mark.parametrize("x, y", [(2.2, -0.3), (1.0, -0.36), (2.2, 0.5), (0.5, -2.0)])
+def test_pow_base_derivative_at_a_zero_exponent(before_if, x, y):
+    """fuzz seed 8100 kernel 11: t = sqrt(x) ** clamp(1 / y, 0, 1) is 1 for y < 0, and the cotangent t gets from
+    pow(y, t) is NaN there (its exponent factor log(y), y < 0). torch's pow gives the base 0 where the exponent is 0
+    (where(exponent == 0, 0, ...)), so d/dx = 0; ksbuild multiplied the NaN by y x^(y-1) = 0 (masked by the
+    tangent only): NaN. The select on the exponent is now outside the product, so it masks the cotangent."""
+    ir, pkg = before_if
+    want = [w.item() for w in torch.func.grad(_torch_kernel("pow_zero_exponent"), argnums=(0, 1))(*_t(x, y))]
+    assert not any(math.isnan(w) for w in want)
+    got = eval_func(grad_func(ir("pow_zero_exponent")), [np.float64(x), np.float64(y)])
+    assert [float(v) for v in got] == pytest.approx(want, rel=1e-12)
+    assert list(pkg.g_pow0(x, y)) == pytest.approx(want, rel=1e-12)
+
+
 @pytest.mark.parametrize("y0", [0.0, 1.0])
 def test_jacobian_of_select_with_a_shared_operand(pkg, y0):
     """fuzz seed 100 kernel 105: under vmap(in_axes=(None, 0)) the select torch.where(y[0] > 0.5, s, y[1]) has a
@@ -283,6 +310,7 @@ def test_elu_derivatives_at_0(tmp_path_factory, kernel, x):
 
 LANE_SOURCE = '''\
 import math
+import re
 
 
 def lane_if(x: float) -> float:
@@ -317,6 +345,7 @@ def test_second_derivative_of_a_per_lane_if(tmp_path_factory, export):
 
 SINGULAR_SOURCE = '''\
 import math
+import re
 
 import torch
 
@@ -443,6 +472,7 @@ def test_third_order_at_a_zero_cotangent(singular, c):
 
 POW_SOURCE = '''\
 import math
+import re
 
 
 def pow_ifexp(x: float) -> float:
@@ -464,6 +494,7 @@ def test_reverse_over_forward_of_pow_with_an_if_expression_exponent(tmp_path_fac
 
 LITERAL_ARG_SOURCE = '''\
 import math
+import re
 
 import torch
 
@@ -495,3 +526,35 @@ def test_a_literal_argument_of_a_kept_call_is_packed(tmp_path_factory):
     x = np.array([-0.7, 0.1, 0.4, 2.0])
     want = eval_func(_transformed(ir, expr, "literal_arg"), [x])[0]
     np.testing.assert_allclose(pkg.vhg(x), want, rtol=1e-12, atol=1e-12)
+
+
+MAX_BUFFER_SOURCE = '''\
+import torch
+import torch.nn.functional as F
+
+
+def max_buffer(W: "float[m, n]", y: "float[n]") -> tuple["float[n]", "float[n]"]:
+    if (torch.minimum(W[:, -1], W[:, -1])).max() > 1.0:
+        return (torch.sin(W[-1]) * (W[:, 0]).max()), torch.expm1(torch.sigmoid(y))
+    return torch.sqrt(torch.sqrt(torch.log1p(y) ** 2 + 1.0) ** 2 + 1.0), torch.logsumexp(F.log_softmax(W, dim=1), dim=0)
+'''
+
+
+def test_a_step_declares_only_the_buffers_it_reads(tmp_path):
+    """fuzz seed 8100 kernel 58 (compiled run): a step function of a long export declared the pointer of a buffer named
+    `max` because `reduction(max:...)` in its pragma named it, and never read it: an unused variable that failed the
+    default -Werror build. Rendered only (no C++ compile): every pointer a step declares is read in that step."""
+    from ksbuild.packaging.package import render
+    (tmp_path / "k.py").write_text(MAX_BUFFER_SOURCE)
+    (tmp_path / "manifest.toml").write_text(
+        '[package]\nname = "maxbuf"\nversion = "0.1.0"\n\n[build]\ndtype = "float64"\n\n[kernels.max_buffer]\n'
+        'python = "k.py:max_buffer"\n\n[exports]\n'
+        'vvj = "vjp(vmap(jacfwd(max_buffer, argnums=(0,)), in_axes=(0, None)))"\n')
+    render(tmp_path / "manifest.toml", tmp_path / "out", progress=lambda _: None)
+    source = (tmp_path / "out" / "src" / "maxbuf.cpp").read_text()
+    steps = re.findall(r"KS_STEP \{\n(.*?)\n    \}\(", source, re.S)
+    assert steps and any("reduction(max:" in s for s in steps)
+    for step in steps:
+        code = re.sub(r"reduction\(\w+:", "reduction(:", step)  # (an OpenMP reduction's operator reads nothing)
+        for name in re.findall(r"\* const (\w+) = reinterpret_cast", code):
+            assert len(re.findall(rf"(?<![\w:.]){name}\b", code)) > 1, f"{name} declared and not read"

@@ -576,18 +576,37 @@ ipow = Prim(
 def _pow_partials(b, x, y, z):
     # d x^y = y x^(y-1) dx + log(x) x^y dy, where the dy term is 0 at x = 0 (x^y is 0 there for
     # y > 0, as torch takes it; log reads 1 instead of 0 so no -inf * 0 reaches any derivative)
-    # and the dx term is 0 where y = 0 (x^0 is 1 everywhere; y x^(y-1) would read 0 · inf at x = 0), as torch
     zero = b.eq(x, b.lit(0, x.type.scalar()))
     log_x = b.log(b.select(zero, _one(b, x), x))
-    dx = b.select(b.eq(y, b.lit(0, y.type.scalar())), b.lit(0, z.type.scalar()),
-                  b.mul(y, b.pow(x, b.sub(y, _one(b, y)))))
+    dx = b.mul(y, b.pow(x, b.sub(y, _one(b, y))))
     # (log(x) x^y as mulz(x^y, log x), the same value: in a second derivative the transpose of its jvp then multiplies
     # a zero cotangent by log x, NaN for x < 0, masked: 0, as torch's where the exponent's derivative is not used)
     return dx, b.select(zero, b.lit(0, z.type.scalar()), masked_mul(b, z, log_x))
 
 
-pow_ = binary("pow", np.power, "std::pow({0}, {1})", _pow_partials, "x ** y", numeric=False,
+def _pow_jvp(b, primals, tangents):
+    # the partials above, each tangent term masked by its tangent (mulz); the dx term is 0 where y = 0, whatever the
+    # tangent (x^0 is 1 everywhere; y x^(y-1) would read 0 · inf at x = 0): a select on y outside the product, so its
+    # transpose masks the cotangent, as torch's where(exponent == 0, 0, grad · y x^(y-1)) does: a NaN cotangent of
+    # x^0 (from the log of a negative base of a pow that reads it, fuzz seed 8100 kernel 11) gives x a 0
+    x, y = primals
+    z = b.pow(x, y)
+    if all(t is None for t in tangents):
+        return [z], [None]
+    dx, dy = _pow_partials(b, x, y, z)
+    out = None
+    if tangents[0] is not None:
+        term = bcast_to(b, masked_mul(b, tangents[0], dx), z.type)
+        out = b.select(b.eq(y, b.lit(0, y.type.scalar())), b.lit(0, z.type.scalar()), term)
+    if tangents[1] is not None:
+        out = add_cts(b, out, masked_mul(b, tangents[1], dy))
+    return [z], [bcast_to(b, out, z.type) if out is not None else None]
+
+
+pow_ = binary("pow", np.power, "std::pow({0}, {1})", None, "x ** y", numeric=False, jvp=_pow_jvp,
               singular=True)  # y x^(y-1) at x = 0, y < 1; nan for x < 0
+
+
 def _atan2_partials(b, x, y, z):
     # ∂/∂a atan2(a, c) = c/(a²+c²), ∂/∂c = -a/(a²+c²); both 0 at the origin (as torch), not 0/0
     r2 = b.add(b.mul(x, x), b.mul(y, y))
