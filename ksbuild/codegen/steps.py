@@ -35,6 +35,9 @@ BASE = "ks_ws"  # the step's workspace base (ks_ is the prefix of ksbuild's own 
 OUTLINE_ABOVE = {True: 24, False: 48}
 _NAME = re.compile(r"(?<!::)(?<!\.)(?<!->)\b[A-Za-z_]\w*")
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+# an OpenMP reduction clause's operator (`reduction(max:m)`: `max` is no name the code reads; a buffer named max or
+# min would otherwise be declared in the step and unused, an error under -Werror)
+_CLAUSE = re.compile(r"\breduction\(\s*\w+\s*:")
 
 
 def end(block: bool) -> str:
@@ -128,10 +131,11 @@ class _Scope:
 
 
 def _names(part: list[str]) -> set[str]:
-    """The names the lines' code reads (not those in comments and strings, nor members such as ks::max)."""
+    """The names the lines' code reads (not those in comments and strings, nor members such as ks::max, nor the
+    operators of reduction clauses)."""
     names: set[str] = set()
     for line in part:
-        code = _STRING.sub('""', line).split("//", 1)[0]
+        code = _CLAUSE.sub("reduction(", _STRING.sub('""', line).split("//", 1)[0])
         names.update(m.group(0) for m in _NAME.finditer(code))
     return names
 
