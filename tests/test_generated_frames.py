@@ -123,3 +123,13 @@ def test_steps_take_the_exports_arguments_as_parameters(small, tmp_path):
     assert len(steps) > 20 and taken
     assert all(names <= arguments - {"workspace"} for names in taken)
     assert any("x" in names for names in taken) and any("target" in names for names in taken)
+
+
+def test_a_reduction_clauses_operator_is_not_a_name_the_step_reads():
+    """`reduction(max:m)` reads m, not a buffer named max: resnet18's loss gradient declared such a buffer's pointer in
+    the step of its LogSoftmax's maximum, unused, and -Werror stopped the build (no build here: the scan alone)."""
+    from ksbuild.codegen.steps import _names
+    names = _names(["KS_OMP_SIMD_EXTREMA(reduction(max:m_i) reduction(|:has_nan))",
+                    "for (int64_t j = 0; j < n; ++j) m_i = ks::max<float>(m_i, min[j]);  // max"])
+    assert "max" not in names
+    assert {"m_i", "has_nan", "j", "n", "min"} <= names
