@@ -100,6 +100,27 @@ def export(name: str, module, path: Path, shape) -> None:
                       opset_version=17)
 
 
+def settle_batchnorm(module, shape, batches: int = 4, batch: int = 8):
+    """module with its BatchNorm layers' running statistics taken from `batches` random batches of inputs of
+    `shape` (torch's layers start at mean 0, variance 1, so through random weights the activations shrink or grow
+    layer by layer until the CNNs' outputs no longer depend on their input: MobileNetV2's varied by 2e-7 of their
+    spread over the classes from one random image to another). After it each layer's outputs are normalized over
+    random inputs, as a trained network's are over its data, and the classes vary with the input, so the top-1
+    columns can tell a right quantization from a wrong one. Only the BatchNorm constants change, not the work."""
+    import torch
+    norms = [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return module
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None   # (a cumulative average over the batches)
+    module.train()
+    with torch.no_grad():
+        for i in range(batches):
+            module(torch.from_numpy(np.random.RandomState(500 + i).randn(batch, *shape[1:]).astype(np.float32)))
+    return module.eval()
+
+
 def models(side: int) -> dict:
     """name -> (torch module, input shape)."""
     import torch
@@ -120,8 +141,9 @@ def models(side: int) -> dict:
 
 
 def all_models(side: int, names) -> dict:
-    """name -> (torch module, input shape) of the chosen models, the token models built only when chosen."""
-    chosen = {k: v for k, v in models(side).items() if k in names}
+    """name -> (torch module, input shape) of the chosen models, the token models built only when chosen, the CNNs'
+    BatchNorm statistics taken from random inputs (settle_batchnorm)."""
+    chosen = {k: (settle_batchnorm(m, shape), shape) for k, (m, shape) in models(side).items() if k in names}
     chosen.update({k: (make(), (1, TOKENS[k])) for k, make in token_models().items() if k in names})
     return chosen
 
@@ -160,9 +182,9 @@ def against_float(fn, reference, model: str, shape) -> tuple[str, ...]:
     the agreement of the argmax over the last axis (the class, or a token's hidden dimension); "max err", the largest
     difference relative to the float output's largest magnitude; "classes", how many different argmaxes the float
     model gave (1: the same class for every input, so "top-1" says nothing); "top-1 c", the agreement of the argmax
-    of each output less the float model's mean output over the inputs (what varies from input to input: random
-    weights and inputs give the CNNs one class), and "chance", the same agreement with each quantized output paired
-    with the float output of another input (what "top-1 c" would read if the quantized model ignored its input)."""
+    of each output less its model's mean output over the inputs (what varies from input to input, a constant offset
+    of the quantized outputs left out), and "chance", the same agreement with each quantized output paired with the
+    float output of another input (what "top-1 c" reads if the quantized model ignores its input)."""
     n = max(1, (8 if model in TOKENS else 64) // shape[0])
     got, want = [], []
     for i in range(n):
@@ -171,8 +193,7 @@ def against_float(fn, reference, model: str, shape) -> tuple[str, ...]:
         want.append(np.asarray(reference(v), np.float64))
     size = got[0].shape[-1]
     got, want = np.concatenate(got).reshape(-1, size), np.concatenate(want).reshape(-1, size)
-    mean = want.mean(0)
-    g, w = (got - mean).argmax(-1), (want - mean).argmax(-1)
+    g, w = (got - got.mean(0)).argmax(-1), (want - want.mean(0)).argmax(-1)
     step = want.shape[0] // n   # (another input's rows: the rows of one call further on)
     return (f"{np.mean(got.argmax(-1) == want.argmax(-1)):.2f}",
             f"{np.abs(got - want).max() / np.abs(want).max():.3f}", str(len(set(want.argmax(-1).tolist()))),
@@ -247,7 +268,8 @@ def main(argv=None) -> int:
         print(f"A: {made.stdout.strip()}")
         old = ksbuild.load(work / "A")
     head = f"{'model':<26}" + (f"{'A ms':>9}" if old else "") + f"{'ksbuild ms':>11}{'ort ms':>9}"
-    head += (f"{'A/ort':>7}" if old else "") + f"{'ratio':>7}{'= ort':>8}{'top-1':>7}{'max err':>9}{'classes':>8}"
+    head += (f"{'A/ort':>7}" if old else "") + f"{'ratio':>7}{'= ort':>8}{'top-1':>7}{'max err':>9}"
+    head += f"{'classes':>8}{'top-1 c':>8}{'chance':>7}"
     print(f"# clock {args.clock}, 1 thread, median of {args.repeats} round-robin samples, load average "
           f"{os.getloadavg()[0]:.1f} (a row's ratio moves with the load: docs/quantization.md, the LSTM)")
     print(head)
