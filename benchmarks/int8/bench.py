@@ -16,8 +16,11 @@ calibrated on 16 random inputs) in its QDQ and QOperator formats. All variants a
 (median of samples taken in turn, ratios < 1: ksbuild faster). Also printed: how many output elements equal
 onnxruntime's exactly ("= ort": 1.000 for every int8 row on x86-64 with AVX2, where QLinearAdd is onnxruntime's
 arithmetic too; below 1 only through the operators that docs/quantization.md lists as within one step, whose
-differences then grow through the layers after them), and top-1 agreement of the quantized model with the float one over 64 random inputs (the
-benchmark's check that the requantization is right, not only fast).
+differences then grow through the layers after them), and top-1 agreement of the quantized model with the float
+one over 64 random inputs (the benchmark's check that the requantization is right, not only fast). With random
+weights and random inputs a CNN's float model gives one class for every input ("classes": how many it gave), which
+any output agrees with; so also "top-1 c", the agreement of the argmax of each output less the float model's mean
+output (what varies with the input), beside "chance", what that reads when outputs of different inputs are paired.
 
 The networks of benchmarks/models/bench.py that read tokens: lstm_text (an embedding, a 2-layer LSTM, a linear layer
 to 2 classes), bert_small and gpt2_small (transformers' BertModel and GPT2Model, 4 layers of 512, 8 heads, 128
@@ -97,6 +100,27 @@ def export(name: str, module, path: Path, shape) -> None:
                       opset_version=17)
 
 
+def settle_batchnorm(module, shape, batches: int = 4, batch: int = 8):
+    """module with its BatchNorm layers' running statistics taken from `batches` random batches of inputs of
+    `shape` (torch's layers start at mean 0, variance 1, so through random weights the activations shrink or grow
+    layer by layer until the CNNs' outputs no longer depend on their input: MobileNetV2's varied by 2e-7 of their
+    spread over the classes from one random image to another). After it each layer's outputs are normalized over
+    random inputs, as a trained network's are over its data, and the classes vary with the input, so the top-1
+    columns can tell a right quantization from a wrong one. Only the BatchNorm constants change, not the work."""
+    import torch
+    norms = [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return module
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None   # (a cumulative average over the batches)
+    module.train()
+    with torch.no_grad():
+        for i in range(batches):
+            module(torch.from_numpy(np.random.RandomState(500 + i).randn(batch, *shape[1:]).astype(np.float32)))
+    return module.eval()
+
+
 def models(side: int) -> dict:
     """name -> (torch module, input shape)."""
     import torch
@@ -117,8 +141,9 @@ def models(side: int) -> dict:
 
 
 def all_models(side: int, names) -> dict:
-    """name -> (torch module, input shape) of the chosen models, the token models built only when chosen."""
-    chosen = {k: v for k, v in models(side).items() if k in names}
+    """name -> (torch module, input shape) of the chosen models, the token models built only when chosen, the CNNs'
+    BatchNorm statistics taken from random inputs (settle_batchnorm)."""
+    chosen = {k: (settle_batchnorm(m, shape), shape) for k, (m, shape) in models(side).items() if k in names}
     chosen.update({k: (make(), (1, TOKENS[k])) for k, make in token_models().items() if k in names})
     return chosen
 
@@ -152,18 +177,27 @@ def quantize(name: str, f32: Path, out: Path, shape, fmt: str, inputs=None) -> N
                     per_channel=True)
 
 
-def against_float(fn, reference, model: str, shape) -> tuple[str, str]:
-    """The quantized fn against its float model over 64 random inputs (8 for a token model): the agreement of the
-    argmax over the last axis (the class, or a token's hidden dimension) and the largest difference relative to the
-    float output's largest magnitude."""
+def against_float(fn, reference, model: str, shape) -> tuple[str, ...]:
+    """The quantized fn against its float model over 64 random inputs (8 for a token model), as strings: "top-1",
+    the agreement of the argmax over the last axis (the class, or a token's hidden dimension); "max err", the largest
+    difference relative to the float output's largest magnitude; "classes", how many different argmaxes the float
+    model gave (1: the same class for every input, so "top-1" says nothing); "top-1 c", the agreement of the argmax
+    of each output less its model's mean output over the inputs (what varies from input to input, a constant offset
+    of the quantized outputs left out), and "chance", the same agreement with each quantized output paired with the
+    float output of another input (what "top-1 c" reads if the quantized model ignores its input)."""
     n = max(1, (8 if model in TOKENS else 64) // shape[0])
-    agree, err = [], 0.0
+    got, want = [], []
     for i in range(n):
         v = example(model, shape, 1000 + i)
-        got, want = np.asarray(fn(v)), np.asarray(reference(v))
-        agree.append(got.argmax(-1) == want.argmax(-1))
-        err = max(err, float(np.abs(got - want).max() / np.abs(want).max()))
-    return f"{np.mean(agree):.2f}", f"{err:.3f}"
+        got.append(np.asarray(fn(v), np.float64))
+        want.append(np.asarray(reference(v), np.float64))
+    size = got[0].shape[-1]
+    got, want = np.concatenate(got).reshape(-1, size), np.concatenate(want).reshape(-1, size)
+    g, w = (got - got.mean(0)).argmax(-1), (want - want.mean(0)).argmax(-1)
+    step = want.shape[0] // n   # (another input's rows: the rows of one call further on)
+    return (f"{np.mean(got.argmax(-1) == want.argmax(-1)):.2f}",
+            f"{np.abs(got - want).max() / np.abs(want).max():.3f}", str(len(set(want.argmax(-1).tolist()))),
+            f"{np.mean(g == w):.2f}", f"{np.mean(g == np.roll(w, step if n > 1 else 1)):.2f}")
 
 
 def main(argv=None) -> int:
@@ -186,10 +220,9 @@ def main(argv=None) -> int:
     import subprocess
 
     sys.path.insert(0, str(HERE.parent / "onnx"))
-    from bench import median_times, one_thread_options  # (here: tests import this file for `quantize`)
-
     import onnxruntime as ort
     import torch
+    from bench import median_times, one_thread_options  # (here: tests import this file for `quantize`)
 
     import ksbuild
     logging.getLogger().setLevel(logging.ERROR)  # (quantize_static's advice to pre-process)
@@ -236,6 +269,7 @@ def main(argv=None) -> int:
         old = ksbuild.load(work / "A")
     head = f"{'model':<26}" + (f"{'A ms':>9}" if old else "") + f"{'ksbuild ms':>11}{'ort ms':>9}"
     head += (f"{'A/ort':>7}" if old else "") + f"{'ratio':>7}{'= ort':>8}{'top-1':>7}{'max err':>9}"
+    head += f"{'classes':>8}{'top-1 c':>8}{'chance':>7}"
     print(f"# clock {args.clock}, 1 thread, median of {args.repeats} round-robin samples, load average "
           f"{os.getloadavg()[0]:.1f} (a row's ratio moves with the load: docs/quantization.md, the LSTM)")
     print(head)
@@ -245,9 +279,10 @@ def main(argv=None) -> int:
         fn = getattr(pkg, name)
         want, got = sess.run(None, {"x": x})[0], np.asarray(fn(x))
         same = np.count_nonzero(got == want) / want.size
-        top1, err = "-", "-"
+        top1, err, classes, top1c, chance = "-", "-", "-", "-", "-"
         if not name.endswith("_f32"):
-            top1, err = against_float(fn, getattr(pkg, name.rsplit("_", 1)[0] + "_f32"), model, shape)
+            reference = getattr(pkg, name.rsplit("_", 1)[0] + "_f32")
+            top1, err, classes, top1c, chance = against_float(fn, reference, model, shape)
         fns = [lambda: fn(x), lambda: sess.run(None, {"x": x})]
         if old:
             a_fn = getattr(old, name)
@@ -257,7 +292,8 @@ def main(argv=None) -> int:
         times = median_times(fns, args.repeats, args.budget, clock=clock)
         ks_t, ort_t = times[:2]
         row = f"{name:<26}" + (f"{times[2] * 1e3:>9.3f}" if old else "") + f"{ks_t * 1e3:>11.3f}{ort_t * 1e3:>9.3f}"
-        row += (f"{times[2] / ort_t:>7.2f}" if old else "") + f"{ks_t / ort_t:>7.2f}{same:>8.3f}{top1:>7}{err:>9}"
+        row += (f"{times[2] / ort_t:>7.2f}" if old else "") + f"{ks_t / ort_t:>7.2f}{same:>8.3f}"
+        row += f"{top1:>7}{err:>9}{classes:>8}{top1c:>8}{chance:>7}"
         print(row, flush=True)
     print(f"# load average at the end {os.getloadavg()[0]:.1f}")
     return 0

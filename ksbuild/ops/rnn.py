@@ -144,9 +144,10 @@ class Cell:
     def _lstm(self, b, xw, h, c, hr, rb, p):
         f, g, hf = self.acts[0], self.acts[1], self.acts[2]
         H = self.hidden
-        z = b.add(xw, hr)
-        if rb is not None:
-            z = b.add(z, rb)
+        if rb is not None and self.products is None:  # (_one_direction: the bias before h·R, as before the loop)
+            z = b.add(b.add(xw, rb), hr)
+        else:
+            z = b.add(xw, hr) if rb is None else b.add(b.add(xw, hr), rb)
         peep = [b.slice(p, axis=0, start=k * H, stop=(k + 1) * H) for k in range(3)] if p is not None else None
         pre_i, pre_o, pre_f, pre_c = (_gate(b, z, k, H) for k in range(4))
         if peep:
@@ -180,6 +181,8 @@ def _one_direction(b, cell: Cell, x: Atom, w: Atom, r: Atom, bias: Atom | None, 
             xw = b.add(xw, wb)
         elif cell.products is not None:  # (x·W + h·R) + (Wb + Rb) in each step, as onnxruntime adds them
             rb = b.add(wb, rb)
+        elif cell.kind == "lstm":  # (x·W + (Wb + Rb)) + h·R in each step: the same sums as adding the bias to all
+            rb = b.add(wb, rb)     # steps' x·W first, without that pass over them (one pass per step copies x·W)
         else:
             xw = b.add(xw, b.add(wb, rb))
             rb = None

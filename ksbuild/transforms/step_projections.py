@@ -4,7 +4,8 @@ Requires: a Func after select_backend. Guarantees: the same values; a top-level 
 the projection of a sequence computed for every step before it (ops/rnn.py: the rows of src [T, B, I] times a
 weight w [G, I], `contract "ri,gi->rg"`, reshaped to [T, B, G], plus a bias that does not depend on the step) scans
 src instead, takes w and the bias as loop constants, and computes the step's projection in its body; a bias computed
-from constants alone and read nowhere else (an LSTM's input and recurrent biases added) becomes one constant. Run only
+from constants alone and read nowhere else (an LSTM's input and recurrent biases added: a float LSTM's sum Wb + Rb
+comes as a constant of the loop, ops/rnn.py, and is folded the same way) becomes one constant. Run only
 for such targets (pipeline Options.vectors false: Cortex-M), whose RAM the projection of all steps filled (an LSTM of
 20 steps and 4 × 32 gates: 10 KB of its 11 KB workspace; emx-onnx-cgen projects step by step, issue 36). With
 vectors the projection of all steps at once is one larger matrix product, faster, and stays. A step of one row
@@ -44,6 +45,12 @@ def step_projections(f: Func) -> Func:
         want = eqn.ins[-1].type.shape[:-1] + src.type.shape[-1:]
         src = src if src.type.shape == want else b.reshape(src, shape=want)
         value = _constant(bias, defs, uses) if isinstance(bias, Var) else None
+        ins = list(ins)
+        for k in range(1, 1 + eqn.params["n_consts"]):  # (a float LSTM's Wb + Rb, a vector over the gates that
+            a = eqn.ins[k]                               # ops/rnn.py makes a loop constant: one constant too)
+            if isinstance(a, Var) and a.type.shape == eqn.ins[-1].type.shape[-1:] and uses.get(a) == 1:
+                folded = _constant(a, defs, uses)
+                ins[k] = ins[k] if folded is None else b.constant(value=Dense.of(folded))
         return _per_step(b, eqn, ins, src, w, bias if value is None else b.constant(value=Dense.of(value)), product)
     g = rewrite(f, rule)
     return dce(g) if g is not f else f
