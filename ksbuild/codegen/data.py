@@ -72,7 +72,8 @@ class DataSection:
                 lines.append(f"static const {c}* const {name} = reinterpret_cast<const {c}*>({self.blob_symbol} + "
                              f"{self.offsets[key]});  // {v.type}")
             else:
-                lines.append(f"alignas({self.array_align}) static const {c} {name}[{max(v.size, 1)}] = {{{_items(v)}}};  // {v.type}")
+                lines.append(f"alignas({self.array_align}) static const {c} {name}[{max(v.size, 1)}] = "
+                             f"{{{_items(v)}}};  // {v.type}")
         return lines
 
     def blob(self) -> bytes:

@@ -33,9 +33,16 @@ from ..errors import KsbuildError
 from ..manifest import Manifest, load_manifest
 from ..resources import VERSION, resource_dir
 from . import cache, runtime
-from .cache import cache_root, file_lock, key_lock, kernels_lock
-from .package import (content_hash, keep_cache_bounded, kernel_cache, one_compile_of_the_kernels, render,
-                      resolve_target, write_entry)
+from .cache import cache_root, file_lock, kernels_lock, key_lock
+from .package import (
+    content_hash,
+    keep_cache_bounded,
+    kernel_cache,
+    one_compile_of_the_kernels,
+    render,
+    resolve_target,
+    write_entry,
+)
 
 Progress = Callable[[str], None]
 # Names the wheel's module defines besides the exports.

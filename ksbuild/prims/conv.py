@@ -216,7 +216,8 @@ def lane_einsum(b, x, w, x_batched: bool, strides, pads, dilations, groups):
 def _images_as_rows(eqn) -> bool:
     """Whether a float convolution of one group maps a batch of n images of one position each by a
     kernel of one tap (a squeeze-excite block's fully connected layers, [n, C, 1, 1] -> [n, M, 1, 1]; n symbolic or
-    more than 1) of at least IMAGES_AS_ROWS_MIN elements: then it is the matrix product [n, C] · [M, C]ᵀ, which reads the kernel once for the n images where ks::conv's dot products
+    more than 1) of at least IMAGES_AS_ROWS_MIN elements: then it is the matrix product [n, C] · [M, C]ᵀ, which reads
+    the kernel once for the n images where ks::conv's dot products
     (few_dots) read it once per image (and transforms/per_row.py leaves a product outside its image loops)."""
     (x, w), (y,) = [a.type for a in eqn.ins], eqn.outs
     p = eqn.params

@@ -17,8 +17,8 @@ from .accumulate import accumulate
 from .cse import cse
 from .dot_convs import dot_convs
 from .expand import expand
-from .fuse import fuse
 from .float_products import float_products
+from .fuse import fuse
 from .fuse_epilogue import fuse_epilogue
 from .gather_early import gather_early
 from .hoist import hoist
