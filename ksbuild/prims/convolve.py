@@ -271,7 +271,10 @@ def emit_convolve(ctx, eqn: Eqn, impl: str) -> None:
     fields = shape.removeprefix("ks::conv_shape")
     # (literal sizes: a constant in read-only data, not 168 bytes of stack per convolution)
     storage = "const" if re.search(r"[A-Za-z_]", fields) else "static constexpr"
-    ctx.line(f"{storage} ks::conv_shape {geometry}{fields};")
+    # (ks::dots_shape: a ks::conv_shape16 at optimize = "size" on a microcontroller, 42 bytes, when every size fits)
+    sizes = [int(v) for v in re.findall(r"-?\d+", fields)]
+    narrow = impl == "dots" and storage != "const" and threads <= 1 and 0 <= min(sizes) and max(sizes) < 65536
+    ctx.line(f"{storage} ks::{'dots_shape' if narrow else 'conv_shape'} {geometry}{fields};")
     epi = _epilogue(ctx, eqn, impl) if eqn.params.get("epilogue") is not None else None
     images = ctx.dim(x.type.shape[0])
     if threads > 1:

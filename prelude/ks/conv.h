@@ -1763,6 +1763,11 @@ constexpr int64_t dots_scratch(const conv_shape& s) {
     return 3 * aligned(s.depth());
 }
 
+// aligned(count) for count >= 0 in dot_index (32 bits on a 32-bit target: no 64-bit sum and sign fix-up).
+constexpr tiles::dot_index dots_aligned(tiles::dot_index count) {
+    return (count + 15) & ~tiles::dot_index(15);
+}
+
 // off[(c·KD + kd)·KH·KW + kh·KW + kw]: where a window's value is in a group's image, from its first value's place;
 // ident[t] = t.
 KS_DOTS inline void window_offsets(const conv_shape& s, int32_t* off, int32_t* ident) {
@@ -1852,8 +1857,8 @@ KS_DOTS void dots_group(const conv_shape& s, const T* xg, const T* wg, T* yg, T*
         span[a] = index((s.kernel[a] - 1) * s.dilation[a] + 1);
     }
     const int32_t* off = reinterpret_cast<const int32_t*>(scratch);
-    const int32_t* ident = off + aligned(depth);
-    T* win = scratch + 2 * aligned(depth);
+    const int32_t* ident = off + dots_aligned(depth);
+    T* win = scratch + 2 * dots_aligned(depth);
     index q = 0;
     for (index oz = 0; oz < index(s.out[0]); ++oz) {
         const index z0 = oz * index(s.stride[0]) - index(s.pad[0]);
@@ -1886,12 +1891,49 @@ void conv_dots(const conv_shape& s, int64_t images, const T* x, const T* w, T* y
     const index mg = index(tiles::index_div(s.out_channels, s.groups)), depth = index(s.depth());
     const index x_step = index(tiles::index_div(s.channels, s.groups) * s.in_plane()), y_step = mg * index(s.positions());
     int32_t* off = reinterpret_cast<int32_t*>(scratch);
-    convs::window_offsets(s, off, off + convs::aligned(depth));
+    convs::window_offsets(s, off, off + convs::dots_aligned(depth));
     for (index image = 0; image < index(images); ++image) {
         for (index g = 0; g < index(s.groups); ++g, x += x_step, y += y_step) {
             convs::dots_group<T>(s, x, w + g * mg * depth, y, scratch, epi.group(image, g * mg));
         }
     }
+}
+
+// A literal conv_shape in 16 bits a size (42 bytes of read-only data, not 84): what the generated code passes
+// ks::conv_dots at optimize = "size" on a microcontroller (ks::dots_shape) when every size is below 65536, widened
+// here into a conv_shape on the stack. A network of ten convolutions keeps 0.4 KB of a Cortex-M4's flash (issue 36
+// item 3: the keyword spotter's and the MobileNet-like net's geometries were 840 B there); the widening costs about
+// 90 instructions a call, so for speed the generated code passes the conv_shape itself.
+struct conv_shape16 {  // (conv_shape's fields, in their order)
+    uint16_t channels;
+    uint16_t out_channels;
+    uint16_t groups;
+    uint16_t in[3];
+    uint16_t out[3];
+    uint16_t kernel[3];
+    uint16_t stride[3];
+    uint16_t dilation[3];
+    uint16_t pad[3];
+};
+#if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M' && defined(__OPTIMIZE_SIZE__)
+using dots_shape = conv_shape16;
+#else
+using dots_shape = conv_shape;
+#endif
+
+template <class T>
+KS_DOTS void conv_dots(const conv_shape16& narrow, int64_t images, const T* x, const T* w, T* y, T* scratch,
+                       const epilogue<T>& epi = {}) {
+    static_assert(sizeof(conv_shape) == 21 * sizeof(conv_dim) && sizeof(conv_shape16) == 21 * sizeof(uint16_t),
+                  "conv_shape and conv_shape16: the same 21 sizes and nothing else");
+    conv_shape s;  // (size by size, as bytes: a loop of 6 instructions)
+    for (int i = 0; i < 21; ++i) {
+        uint16_t given;
+        __builtin_memcpy(&given, reinterpret_cast<const unsigned char*>(&narrow) + i * sizeof given, sizeof given);
+        const conv_dim size = given;
+        __builtin_memcpy(reinterpret_cast<unsigned char*>(&s) + i * sizeof size, &size, sizeof size);
+    }
+    conv_dots<T>(s, images, x, w, y, scratch, epi);
 }
 
 // ---- Winograd F(2×2, 3×3) --------------------------------------------------------------------------------
