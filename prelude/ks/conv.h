@@ -1899,36 +1899,40 @@ void conv_dots(const conv_shape& s, int64_t images, const T* x, const T* w, T* y
     }
 }
 
-// A literal conv_shape in 16 bits a size (42 bytes of read-only data, not 84): what the generated code passes
-// ks::conv_dots at optimize = "size" on a microcontroller (ks::dots_shape) when every size is below 65536, widened
-// here into a conv_shape on the stack. A network of ten convolutions keeps 0.4 KB of a Cortex-M4's flash (issue 36
-// item 3: the keyword spotter's and the MobileNet-like net's geometries were 840 B there); the widening costs about
-// 90 instructions a call, so for speed the generated code passes the conv_shape itself.
-struct conv_shape16 {  // (conv_shape's fields, in their order)
-    uint16_t channels;
-    uint16_t out_channels;
-    uint16_t groups;
-    uint16_t in[3];
-    uint16_t out[3];
-    uint16_t kernel[3];
-    uint16_t stride[3];
-    uint16_t dilation[3];
-    uint16_t pad[3];
+// A literal conv_shape in 8 or 16 bits a size (U: uint8_t or uint16_t; 21 or 42 bytes of read-only data, not 84):
+// what the generated code passes ks::conv_dots at optimize = "size" on a microcontroller (ks::dots_shape<U>: the
+// narrowest U that holds every size), widened here into a conv_shape on the stack. The Cortex-M4 benchmark's keyword
+// spotter and MobileNet-like net (ten convolutions each) keep 0.6 KB of flash (issue 36 item 3: their geometries
+// were 840 B); the widening costs about 90 instructions a call and 112 B of stack, so for speed the generated code
+// passes the conv_shape itself.
+template <class U>
+struct narrow_shape {  // (conv_shape's fields, in their order)
+    U channels;
+    U out_channels;
+    U groups;
+    U in[3];
+    U out[3];
+    U kernel[3];
+    U stride[3];
+    U dilation[3];
+    U pad[3];
 };
 #if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M' && defined(__OPTIMIZE_SIZE__)
-using dots_shape = conv_shape16;
+template <class U>
+using dots_shape = narrow_shape<U>;
 #else
+template <class U>
 using dots_shape = conv_shape;
 #endif
 
-template <class T>
-KS_DOTS void conv_dots(const conv_shape16& narrow, int64_t images, const T* x, const T* w, T* y, T* scratch,
+template <class T, class U>
+KS_DOTS void conv_dots(const narrow_shape<U>& narrow, int64_t images, const T* x, const T* w, T* y, T* scratch,
                        const epilogue<T>& epi = {}) {
-    static_assert(sizeof(conv_shape) == 21 * sizeof(conv_dim) && sizeof(conv_shape16) == 21 * sizeof(uint16_t),
-                  "conv_shape and conv_shape16: the same 21 sizes and nothing else");
+    static_assert(sizeof(conv_shape) == 21 * sizeof(conv_dim) && sizeof(narrow_shape<U>) == 21 * sizeof(U),
+                  "conv_shape and narrow_shape: the same 21 sizes and nothing else");
     conv_shape s;  // (size by size, as bytes: a loop of 6 instructions)
     for (int i = 0; i < 21; ++i) {
-        uint16_t given;
+        U given;
         __builtin_memcpy(&given, reinterpret_cast<const unsigned char*>(&narrow) + i * sizeof given, sizeof given);
         const conv_dim size = given;
         __builtin_memcpy(reinterpret_cast<unsigned char*>(&s) + i * sizeof size, &size, sizeof size);
