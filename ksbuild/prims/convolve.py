@@ -271,7 +271,12 @@ def emit_convolve(ctx, eqn: Eqn, impl: str) -> None:
     fields = shape.removeprefix("ks::conv_shape")
     # (literal sizes: a constant in read-only data, not 168 bytes of stack per convolution)
     storage = "const" if re.search(r"[A-Za-z_]", fields) else "static constexpr"
-    ctx.line(f"{storage} ks::conv_shape {geometry}{fields};")
+    # (ks::dots_shape<U>: at optimize = "size" on a microcontroller its sizes in U, 21 or 42 bytes, when they fit)
+    sizes = [int(v) for v in re.findall(r"-?\d+", fields)]
+    kind = "ks::conv_shape"
+    if impl == "dots" and storage != "const" and threads <= 1 and 0 <= min(sizes) and max(sizes) < 65536:
+        kind = f"ks::dots_shape<{'uint8_t' if max(sizes) < 256 else 'uint16_t'}>"
+    ctx.line(f"{storage} {kind} {geometry}{fields};")
     epi = _epilogue(ctx, eqn, impl) if eqn.params.get("epilogue") is not None else None
     images = ctx.dim(x.type.shape[0])
     if threads > 1:

@@ -1763,6 +1763,11 @@ constexpr int64_t dots_scratch(const conv_shape& s) {
     return 3 * aligned(s.depth());
 }
 
+// aligned(count) for count >= 0 in dot_index (32 bits on a 32-bit target: no 64-bit sum and sign fix-up).
+constexpr tiles::dot_index dots_aligned(tiles::dot_index count) {
+    return (count + 15) & ~tiles::dot_index(15);
+}
+
 // off[(c·KD + kd)·KH·KW + kh·KW + kw]: where a window's value is in a group's image, from its first value's place;
 // ident[t] = t.
 KS_DOTS inline void window_offsets(const conv_shape& s, int32_t* off, int32_t* ident) {
@@ -1852,8 +1857,8 @@ KS_DOTS void dots_group(const conv_shape& s, const T* xg, const T* wg, T* yg, T*
         span[a] = index((s.kernel[a] - 1) * s.dilation[a] + 1);
     }
     const int32_t* off = reinterpret_cast<const int32_t*>(scratch);
-    const int32_t* ident = off + aligned(depth);
-    T* win = scratch + 2 * aligned(depth);
+    const int32_t* ident = off + dots_aligned(depth);
+    T* win = scratch + 2 * dots_aligned(depth);
     index q = 0;
     for (index oz = 0; oz < index(s.out[0]); ++oz) {
         const index z0 = oz * index(s.stride[0]) - index(s.pad[0]);
@@ -1886,12 +1891,53 @@ void conv_dots(const conv_shape& s, int64_t images, const T* x, const T* w, T* y
     const index mg = index(tiles::index_div(s.out_channels, s.groups)), depth = index(s.depth());
     const index x_step = index(tiles::index_div(s.channels, s.groups) * s.in_plane()), y_step = mg * index(s.positions());
     int32_t* off = reinterpret_cast<int32_t*>(scratch);
-    convs::window_offsets(s, off, off + convs::aligned(depth));
+    convs::window_offsets(s, off, off + convs::dots_aligned(depth));
     for (index image = 0; image < index(images); ++image) {
         for (index g = 0; g < index(s.groups); ++g, x += x_step, y += y_step) {
             convs::dots_group<T>(s, x, w + g * mg * depth, y, scratch, epi.group(image, g * mg));
         }
     }
+}
+
+// A literal conv_shape in 8 or 16 bits a size (U: uint8_t or uint16_t; 21 or 42 bytes of read-only data, not 84):
+// what the generated code passes ks::conv_dots at optimize = "size" on a microcontroller (ks::dots_shape<U>: the
+// narrowest U that holds every size), widened here into a conv_shape on the stack. The Cortex-M4 benchmark's keyword
+// spotter and MobileNet-like net (ten convolutions each) keep 0.6 KB of flash (issue 36 item 3: their geometries
+// were 840 B); the widening costs about 90 instructions a call and 112 B of stack, so for speed the generated code
+// passes the conv_shape itself.
+template <class U>
+struct narrow_shape {  // (conv_shape's fields, in their order)
+    U channels;
+    U out_channels;
+    U groups;
+    U in[3];
+    U out[3];
+    U kernel[3];
+    U stride[3];
+    U dilation[3];
+    U pad[3];
+};
+#if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M' && defined(__OPTIMIZE_SIZE__)
+template <class U>
+using dots_shape = narrow_shape<U>;
+#else
+template <class U>
+using dots_shape = conv_shape;
+#endif
+
+template <class T, class U>
+KS_DOTS void conv_dots(const narrow_shape<U>& narrow, int64_t images, const T* x, const T* w, T* y, T* scratch,
+                       const epilogue<T>& epi = {}) {
+    static_assert(sizeof(conv_shape) == 21 * sizeof(conv_dim) && sizeof(narrow_shape<U>) == 21 * sizeof(U),
+                  "conv_shape and narrow_shape: the same 21 sizes and nothing else");
+    conv_shape s;  // (size by size, as bytes: a loop of 6 instructions)
+    for (int i = 0; i < 21; ++i) {
+        U given;
+        __builtin_memcpy(&given, reinterpret_cast<const unsigned char*>(&narrow) + i * sizeof given, sizeof given);
+        const conv_dim size = given;
+        __builtin_memcpy(reinterpret_cast<unsigned char*>(&s) + i * sizeof size, &size, sizeof size);
+    }
+    conv_dots<T>(s, images, x, w, y, scratch, epi);
 }
 
 // ---- Winograd F(2×2, 3×3) --------------------------------------------------------------------------------

@@ -65,7 +65,11 @@ inline namespace KS_KERNELS KS_HIDDEN {
 // ks::conv_dots (impl "dots"): the convolutions of a target without a vector unit, compiled for those alone.
 #if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M'
 #define KS_DOTS_LAYER(PREFIX, T)                                                                                  \
-    PREFIX void conv_dots<T>(const conv_shape&, int64_t, const T*, const T*, T*, T*, const epilogue<T>&);
+    PREFIX void conv_dots<T>(const conv_shape&, int64_t, const T*, const T*, T*, T*, const epilogue<T>&);        \
+    PREFIX void conv_dots<T, uint8_t>(const narrow_shape<uint8_t>&, int64_t, const T*, const T*, T*, T*,         \
+                                      const epilogue<T>&);                                                       \
+    PREFIX void conv_dots<T, uint16_t>(const narrow_shape<uint16_t>&, int64_t, const T*, const T*, T*, T*,       \
+                                       const epilogue<T>&);
 #else
 #define KS_DOTS_LAYER(PREFIX, T)
 #endif
