@@ -1,10 +1,10 @@
 """ksbuild: compile Python numeric kernels, their vmap and derivatives, into plain C++ libraries."""
-from .custom import custom_jvp, custom_vjp
+from .custom import custom_jvp, custom_vjp, extern
 from .dev import Kernel, elementwise, hessian, jacfwd, jacobian, jacrev, kernel, register, vmap
 from .errors import KsbuildError
 from .resources import VERSION as __version__
 
-__all__ = ["Kernel", "KsbuildError", "build", "custom_jvp", "custom_vjp", "elementwise",
+__all__ = ["Kernel", "KsbuildError", "build", "custom_jvp", "custom_vjp", "elementwise", "extern",
            "hessian", "jacfwd", "jacobian", "jacrev", "kernel",
            "load", "register", "vmap", "__version__"]
 

@@ -92,3 +92,36 @@ def _apply_vjp(f: custom_vjp, args):
         res = _tuple(f.fwd(*[x.detach() if hasattr(x, "detach") else x for x in xs]))[n_out:]
         return _tuple(f.bwd(*res, *cts))
     return _apply(f.fun, bwd, args)
+
+
+def extern(sources=(), c_name: str | None = None):
+    """`@ksbuild.extern(sources=["bessel.c"], c_name="j0")`: an external C function (Knossos's edef). ksbuild compiles
+    a call of it into a call of the C function `c_name` (default: the Python name) defined in `sources` (files next
+    to the kernel file; none: the app links it); run as Python, the function's own body runs. Derivatives: an
+    optional rule, `@f.defjvp` or `f.defvjp(fwd, bwd)`, as for custom_jvp / custom_vjp. (`@ksbuild.extern` without
+    a call: no sources.)"""
+    if callable(sources):
+        return Extern(sources, (), None)
+    return lambda fun: Extern(fun, tuple(sources), c_name)
+
+
+class Extern:
+    """An external C function run as Python: its body, with the rule a custom_jvp / custom_vjp has once one is given."""
+
+    def __init__(self, fun: Callable, sources: tuple, c_name: str | None):
+        self.fun, self.rule = fun, None
+        self.sources, self.c_name = sources, c_name or fun.__name__
+        functools.update_wrapper(self, fun)
+
+    def defjvp(self, jvp: Callable) -> Callable:
+        """Set the jvp rule (as custom_jvp.defjvp)."""
+        self.rule = custom_jvp(self.fun)
+        return self.rule.defjvp(jvp)
+
+    def defvjp(self, fwd: Callable, bwd: Callable) -> None:
+        """Set the forward and backward rules (as custom_vjp.defvjp)."""
+        self.rule = custom_vjp(self.fun)
+        self.rule.defvjp(fwd, bwd)
+
+    def __call__(self, *args):
+        return (self.rule or self.fun)(*args)

@@ -289,9 +289,9 @@ def _flatten(x, k: int):
 
 
 def _source(fn: Callable) -> tuple[Path, str]:
-    """(source file, name) of a module-level Python function (ksbuild.custom_jvp / custom_vjp: the one decorated)."""
-    from .custom import custom_jvp, custom_vjp
-    fn = fn.fun if isinstance(fn, (custom_jvp, custom_vjp)) else fn
+    """(source file, name) of a module-level Python function (custom_jvp, custom_vjp, extern: the one decorated)."""
+    from .custom import Extern, custom_jvp, custom_vjp
+    fn = fn.fun if isinstance(fn, (custom_jvp, custom_vjp, Extern)) else fn
     name = getattr(fn, "__name__", None)
     if not inspect.isfunction(fn) or name is None or fn.__qualname__ != name:
         raise KsbuildError(f"ksbuild compiles module-level Python functions (def at the top of a file), got {fn!r}")

@@ -142,6 +142,30 @@ def kernel_objects(variants: tuple[str, ...], cpu: str, parts: tuple[str, ...]) 
     return [f"kernels_{level}_{part}.o" for level in levels for part in parts]
 
 
+def extern_functions(exports: list[Export]) -> tuple[list[str], dict[str, Path]]:
+    """The declarations of the external C functions the exports call (ksbuild.extern: the prims' `declare` rule),
+    and the user's files that define them by their name in the project (src/extern/<file name>)."""
+    from ..transforms.rewrite import walk_funcs
+
+    decls, files = {}, {}
+    for e in exports:
+        for g in walk_funcs(e.func):
+            for eqn in g.eqns:
+                if eqn.prim.declare is not None:
+                    decl, sources = eqn.prim.declare(eqn)
+                    decls[decl] = None
+                    files.update({f"src/extern/{Path(f).name}": Path(f) for f in sources})
+    return list(decls), files
+
+
+def _extern_view(exports: list[Export]) -> dict:
+    """What the templates print of the external C functions: declarations, and the sources CMake compiles."""
+    decls, files = extern_functions(exports)
+    compiled = [rel for rel in files if not rel.endswith((".h", ".hh", ".hpp"))]
+    return dict(extern_decls=decls, extern_files=files, extern_sources=compiled,
+                extern_c=any(rel.endswith(".c") for rel in compiled))
+
+
 def _render_project(m: Manifest, exports: list[Export], out: Path, target: Target) -> None:
     data, forms, helpers = DataSection.for_target(m.name, target.vectors), EpilogueForms(), Helpers()
     vs = views(m, exports, data, forms, helpers, target.vectors)
@@ -160,7 +184,8 @@ def _render_project(m: Manifest, exports: list[Export], out: Path, target: Targe
                has_blob=bool(data.blob_size),
                description=f"ksbuild package {m.name}",
                has_bool=any(a.dtype == "bool" for v in vs for a in v.args) or any(v.ret == "bool" for v in vs),
-               has_str=any(a.dtype == "str" for v in vs for a in v.args) or any(v.ret == "ks_str" for v in vs))
+               has_str=any(a.dtype == "str" for v in vs for a in v.args) or any(v.ret == "ks_str" for v in vs),
+               **_extern_view(exports))
     t = _env("templates")
     source = t.get_template("source.cpp.j2").render(ctx)
     ctx["kernel_parts"] = kernel_parts(source)
@@ -195,6 +220,9 @@ def _render_project(m: Manifest, exports: list[Export], out: Path, target: Targe
         path = out / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
+    for rel, source in ctx["extern_files"].items():  # (the user's C sources of the external functions, as they are)
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, out / rel)
     (out / "src/ks").mkdir(parents=True, exist_ok=True)
     for header in sorted((resource_dir("prelude") / "ks").glob("*.[hc]*")):
         if header.name not in OWN_HEADERS or header.name in backend.own_headers:

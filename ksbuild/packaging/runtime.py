@@ -612,6 +612,21 @@ def _results(outs, descs, torch_out: bool):
     return vals[0] if len(vals) == 1 else tuple(vals)
 
 
+def _load(lib: Path) -> ctypes.CDLL:
+    """The package's shared library; a clear error when a function it calls is defined nowhere (an external C function
+    declared without its sources, which an app links: ksbuild.extern)."""
+    try:
+        return ctypes.CDLL(str(lib))
+    except OSError as e:
+        missing = re.search(r"undefined symbol: (\w+)", str(e))
+        if missing is None:
+            raise
+        raise ImportError(f"cannot load {lib.name}: it calls the C function '{missing.group(1)}', which it does not "
+                          "define (an external function declared with ksbuild.extern and no sources: the app that "
+                          "links the library defines it). Give its sources, ksbuild.extern(sources=[...]), to use the "
+                          "package from Python") from None
+
+
 class Package:
     """A built package: each export is an attribute."""
 
@@ -622,7 +637,7 @@ class Package:
         stamp = share / "ksbuild-hash"
         self.key = stamp.read_text().strip() if stamp.is_file() else ""
         lib = library or next((share / "python").glob("*.so"))
-        self.lib = ctypes.CDLL(str(lib))
+        self.lib = _load(lib)
         self.exports = {n: Export(self.lib, n, d, self) for n, d in self.desc["exports"].items()}
         self._torch_ops = None
         import sys

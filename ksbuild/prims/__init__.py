@@ -8,6 +8,7 @@ from . import (  # noqa: F401
     cteinsum,
     custom,
     elementwise,
+    extern,
     gather,
     lanes,
     lowering,

@@ -44,6 +44,8 @@ Rule signatures (b is a Builder, atoms are Var/Lit, a tangent or cotangent of No
   result, from range_of(atom) of its operands (None: unknown); interval arithmetic for loop bounds and indices
 - nonneg(eqn, nonneg_of) -> bool   whether a signed integer scalar result is >= 0, given nonneg_of(atom) of its
   operands (codegen/int_signs.py: a never negative index is clamped from above only, a `//` of one is a shift)
+- declare(eqn) -> (declaration, files)   a C declaration at file scope that the equation's C++ needs (an external C
+  function's: extern_call) and the user's source files that define it (copied into the project and compiled)
 - int_value(eqn, value_of, nonneg_of) -> Dim | None   the exact value of a signed integer scalar result as a
   polynomial of its operands' values (value_of(atom): a Dim, or None), where `bounds` does not give it
   (max(n, 0) is n when n >= 0); None: unknown
@@ -146,6 +148,7 @@ class Prim:
     forms: dict = field(default_factory=dict)  # name -> params: `b.lt(x, y)` binds compare with op="lt"
     nonneg: Optional[Callable] = None
     int_value: Optional[Callable] = None
+    declare: Optional[Callable] = None
 
     def __post_init__(self):
         assert self.name not in PRIMS and self.name not in FORMS, f"primitive {self.name} defined twice"

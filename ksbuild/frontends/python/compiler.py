@@ -47,6 +47,7 @@ class Source:
     const_modules: dict[str, dict] = field(default_factory=dict)  # alias -> constants of a module next to it
     files: list[Path] = field(default_factory=list)  # the files of those modules (and of their imports)
     custom: dict = field(default_factory=dict)  # name -> custom_rules.Rule: functions with derivative rules
+    externs: dict = field(default_factory=dict)  # name -> externs.Extern: external C functions (ksbuild.extern)
 
     def loc(self, node: ast.AST) -> Location:
         line = getattr(node, "lineno", 0)
@@ -170,6 +171,9 @@ class KernelCompiler(ExpressionCompiler):
     def compile_def(self, fn: ast.FunctionDef, types: Sequence[Type], result_types,
                     static: dict[int, SymDim] | None = None) -> Func:
         self.check_args(fn)
+        if fn.name in self.src.externs:  # (its body is never compiled)
+            from .externs import extern_func
+            return extern_func(self, fn, types)
         if fn.name in self.active:
             raise self.src.error(fn, f"'{fn.name}' calls itself (recursion is not supported)",
                                  hint="write the recursion as a for loop")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from ...errors import KsbuildError
 from ...ir.builder import Builder
 from ...ir.core import Func, Var
-from .decorators import CUSTOM, dev_decorator
+from .decorators import CUSTOM, EXTERN, dev_decorator
 
 ATTACH = {"defjvp": "custom_jvp", "defvjp": "custom_vjp"}  # the method that gives a custom function its rules
 SHAPES = {"custom_jvp": "f's arguments, then one tangent per float argument",
@@ -39,7 +39,7 @@ class Rule:
 def collect_rules(src) -> dict[str, Rule]:
     """name -> Rule for the custom functions of a parsed file; located errors for rules that do not fit."""
     kinds = {name: (k, d) for name, fn in src.functions.items() for d in fn.decorator_list
-             if (k := dev_decorator(src, d)) in CUSTOM}
+             if (k := dev_decorator(src, d)) in CUSTOM | EXTERN}
     rules: dict[str, Rule] = {}
     for name, fn in src.functions.items():
         for d in fn.decorator_list:
@@ -50,7 +50,7 @@ def collect_rules(src) -> dict[str, Rule]:
         if call is not None and rule_decorator(src, call.func) is not None:
             _attach(src, kinds, rules, call.func, _rule_names(src, call))
     for name, (kind, d) in kinds.items():
-        if name not in rules:
+        if name not in rules and kind in CUSTOM:  # (an extern's rule is optional)
             how = f"@{name}.defjvp on its jvp rule" if kind == "custom_jvp" else f"{name}.defvjp({name}_fwd, " \
                                                                                f"{name}_bwd) after the rules"
             raise src.error(d, f"'{name}' is declared {kind} but given no rule", hint=f"add {how}")
@@ -78,7 +78,7 @@ def _rule_names(src, call: ast.Call) -> tuple[str, ...]:
 def _attach(src, kinds, rules, d: ast.Attribute, fns: tuple[str, ...]) -> None:
     """Record the rules `fns` of the function d.value names (f.defjvp / f.defvjp)."""
     name, kind = d.value.id, ATTACH[d.attr]
-    if name not in kinds or kinds[name][0] != kind:
+    if name not in kinds or kinds[name][0] not in (kind, "extern"):
         raise src.error(d, f"'{d.attr}' gives a {kind} rule, but '{name}' is not decorated with @ksbuild.{kind}",
                         hint=f"decorate '{name}' with @ksbuild.{kind}")
     if name in rules:

@@ -404,6 +404,8 @@ class ExpressionCompiler:
                                        ": in Python this call maps it over tensors, which a kernel's call does not",
                                  hint=f"call a function without the decorator (def {name}_scalar(...), then "
                                       f"{name} = ksbuild.vmap({name}_scalar)), or map it in the manifest")
+        if name in self.src.externs:  # (a dim passed to an int argument is its value)
+            args = [self.plain(b, a) for a in args]
         static = {i: a for i, a in enumerate(args) if isinstance(a, SymDim) or
                   (isinstance(a, Const) and fn.args.args[i].annotation is None)}
         args = [a for i, a in enumerate(args) if i not in static]
@@ -416,6 +418,9 @@ class ExpressionCompiler:
             if static:
                 raise no_static_args(self, name, node)
             outs = bind_custom(self, b, name, callee, atoms, node)
+        elif name in self.src.externs:
+            from .externs import bind_extern
+            outs = bind_extern(self, b, name, atoms)
         else:
             from ...prims.control import call_params
             outs = b.bind(_prim("call"), atoms, call_params(callee))

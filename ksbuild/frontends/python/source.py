@@ -14,6 +14,7 @@ from ...ir.core import Func
 from ...ir.types import Type
 from .compiler import KernelCompiler, Source
 from .custom_rules import collect_rules, wrap_entry
+from .externs import collect_externs
 from .imported import sibling_module
 from .scope import Const
 
@@ -39,6 +40,8 @@ def load_source(path: Path, loading: tuple[Path, ...] = ()) -> Source:
     src = Source(path, text.splitlines(), tree)
     for node in tree.body:
         _top_level(src, node, (*loading, path.resolve()))
+    src.externs = collect_externs(src)
+    src.files += [Path(f) for e in src.externs.values() for f in e.sources]  # (a build depends on them)
     src.custom = collect_rules(src)
     return src
 
