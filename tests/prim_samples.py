@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import struct
+from pathlib import Path
 
 import numpy as np
 
@@ -17,6 +18,7 @@ V = Type("f64", (4,))
 M = Type("f64", (3, 4))
 B = Type("bool")
 I = Type("i64")  # noqa: E741
+HERE = Path(__file__).resolve().parent
 
 
 def normal(rng, shape):
@@ -335,6 +337,9 @@ def _loop_ref(trip, xs, c):
     return c
 
 
+_EXTERN = {"c_name": "ks_sample_extern", "name": "sample_extern", "file": str(HERE / "extern_sample.py"),
+           "sources": (str(HERE / "extern_sample.c"),), "result": "f64"}  # (x * y + sin(x), in C and in Python)
+
 # name: (types, params, samplers per input, reference)
 SAMPLES = {
     "add": ((F, F), {}, (normal, normal), lambda x, y: x + y),
@@ -521,6 +526,7 @@ SAMPLES = {
     "digamma": ((V,), {}, (positive,), vec(_digamma_ref)),
     "custom_jvp": ((V, V), {"fn": _CALLEE, "rule": _RULE}, (normal, normal), lambda x, y: x * np.exp(y)),
     "custom_vjp": ((V, V), {"fn": _CALLEE, "fwd": _FWD, "bwd": _BWD}, (normal, normal), lambda x, y: x * np.exp(y)),
+    "extern_call": ((V, V), _EXTERN, (normal, normal), lambda x, y: x * y + np.sin(x)),
     "custom_vjp_lin": ((Type("bool", (4,)), V, V), {"bwd": _BWD_LIN, "n_res": 1}, (both, normal, normal),
                        lambda p, dx, dy: np.where(p, 2 * dx, -dx) + 3 * dy),
 }

@@ -55,6 +55,9 @@ def sample(name, rng, batch=()):
     return args
 
 
+RAISING_JVP = ("digamma", "extern_call")  # (their jvp rules raise on purpose: the tests at the end of this file)
+
+
 def differentiable(name):
     """Whether the sample's derivatives are checked: an f64 result (finite differences in f32 are too coarse) of a
     prim that does not opt out of its jvp (digamma: no trigamma; stop_gradient: zero by definition)."""
@@ -234,11 +237,11 @@ def test_jvp_matches_finite_differences(name):
     np.testing.assert_allclose(got, fd, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if not differentiable(n) and prim_name(n) != "digamma"])
+@pytest.mark.parametrize("name", [n for n in NAMES if not differentiable(n) and prim_name(n) not in RAISING_JVP])
 def test_jvp_without_a_checked_derivative_runs(name):
     """The jvp rule of a sample whose derivative is not checked (an integer or bool result, f32, stop_gradient) still
     runs whenever a function holding it is differentiated: its jvp is a verified function (digamma's raises on
-    purpose: test_digamma_derivative_is_an_explicit_error)."""
+    purpose: test_digamma_derivative_is_an_explicit_error, test_extern_call_derivative_is_an_explicit_error)."""
     f = one_eqn(name)
     args = sample(name, np.random.default_rng(8))
     dirs = [np.zeros(np.shape(a)) for a, p in zip(args, f.params) if p.type.is_float]
@@ -490,6 +493,13 @@ def test_lowering_prim_evaluates_as_what_it_replaces(name, lowerings):
                                            atol=1e-9, err_msg=f"{name} in the lowered {f.name} of {sample_name}")
             checked += 1
     assert checked, f"no sample lowers to {name}"
+
+
+def test_extern_call_derivative_is_an_explicit_error():
+    """extern_call's jvp (an external C function without the user's rule) names the function and how to give one."""
+    from ksbuild.errors import KsbuildError
+    with pytest.raises(KsbuildError, match="'sample_extern' is an external C function with no derivative rule"):
+        jvp_func(one_eqn("extern_call"))
 
 
 def test_digamma_derivative_is_an_explicit_error():

@@ -14,6 +14,7 @@ from ..codegen.helpers import Helpers
 from ..codegen.viewmodel import ExportView, export_view
 from ..compile.backends import OWN_HEADERS, get_backend
 from ..compile.targets import TARGETS, Target, cpu_variants
+from ..errors import KsbuildError
 from ..exports import Export
 from ..manifest import Manifest
 from ..resources import VERSION, resource_dir
@@ -142,9 +143,9 @@ def kernel_objects(variants: tuple[str, ...], cpu: str, parts: tuple[str, ...]) 
     return [f"kernels_{level}_{part}.o" for level in levels for part in parts]
 
 
-def extern_functions(exports: list[Export]) -> tuple[list[str], dict[str, Path]]:
-    """The declarations of the external C functions the exports call (ksbuild.extern: the prims' `declare` rule),
-    and the user's files that define them by their name in the project (src/extern/<file name>)."""
+def extern_functions(exports: list[Export]) -> tuple[dict[str, tuple[str, object]], dict[str, Path]]:
+    """The external C functions the exports call (ksbuild.extern: the prims' `declare` rule), C name -> (declaration,
+    the location of a call), and the user's files that define them by their name in the project (src/extern/<file>)."""
     from ..transforms.rewrite import walk_funcs
 
     decls, files = {}, {}
@@ -153,16 +154,23 @@ def extern_functions(exports: list[Export]) -> tuple[list[str], dict[str, Path]]
             for eqn in g.eqns:
                 if eqn.prim.declare is not None:
                     decl, sources = eqn.prim.declare(eqn)
-                    decls[decl] = None
+                    decls.setdefault(eqn.params["c_name"], (decl, eqn.loc))
                     files.update({f"src/extern/{Path(f).name}": Path(f) for f in sources})
-    return list(decls), files
+    return decls, files
 
 
-def _extern_view(exports: list[Export]) -> dict:
-    """What the templates print of the external C functions: declarations, and the sources CMake compiles."""
+def _extern_view(exports: list[Export], vs: list[ExportView]) -> dict:
+    """What the templates print of the external C functions: declarations, and the sources CMake compiles; an error
+    for one named as a function of the package is."""
     decls, files = extern_functions(exports)
+    ours = {name for v in vs for name in (v.c_name, f"{v.c_name}_workspace_size")}
+    for c_name, (_, loc) in decls.items():
+        if c_name in ours:
+            raise KsbuildError(f"the external C function '{c_name}' has the name of a C function of the package (an "
+                               "export's)", loc, hint="give it another name with ksbuild.extern(c_name=...), or "
+                                                      "rename the package or the export")
     compiled = [rel for rel in files if not rel.endswith((".h", ".hh", ".hpp"))]
-    return dict(extern_decls=decls, extern_files=files, extern_sources=compiled,
+    return dict(extern_decls=[d for d, _ in decls.values()], extern_files=files, extern_sources=compiled,
                 extern_c=any(rel.endswith(".c") for rel in compiled))
 
 
@@ -185,7 +193,7 @@ def _render_project(m: Manifest, exports: list[Export], out: Path, target: Targe
                description=f"ksbuild package {m.name}",
                has_bool=any(a.dtype == "bool" for v in vs for a in v.args) or any(v.ret == "bool" for v in vs),
                has_str=any(a.dtype == "str" for v in vs for a in v.args) or any(v.ret == "ks_str" for v in vs),
-               **_extern_view(exports))
+               **_extern_view(exports, vs))
     t = _env("templates")
     source = t.get_template("source.cpp.j2").render(ctx)
     ctx["kernel_parts"] = kernel_parts(source)

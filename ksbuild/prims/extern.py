@@ -91,4 +91,6 @@ extern_call = Prim(
     elementwise=True,
     costly=True,
     doc="a call of an external C function, element by element (ksbuild.extern)",
+    opt_outs=("jvp: ksbuild cannot see an external C function: its derivative is the rule the user gives (a custom_jvp "
+              "or custom_vjp equation around this one), and without one the jvp rule is an error at the call",),
 )
