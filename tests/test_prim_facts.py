@@ -404,8 +404,8 @@ def test_hoist_computes_a_costly_loop_invariant_once(name):
 
 ELEMENTWISE = ("abs", "add", "atan", "atan2", "bitcast", "bitwise", "compare", "convert", "cos", "digamma", "div",
                "erf", "erfc", "exp", "expm1", "extern_call", "floor", "floordiv", "fmod", "hypot", "iota", "ipow",
-               "lgamma", "log", "log1p", "logic", "logistic", "max", "min", "mod", "mul", "mulz", "mulzz", "neg", "pow", "select",
-               "sign", "sin", "sqrt", "sub", "tanh")
+               "lgamma", "log", "log1p", "logic", "logistic", "max", "min", "mod", "mul", "mulz", "mulzz", "neg", "pow",
+               "select", "sign", "sin", "sqrt", "sub", "tanh")
 """The prims whose record says they compute each element from the same element of their operands (but ctmul and
 lane_owned, which lowering expands into others)."""
 
