@@ -466,6 +466,7 @@ def test_the_docs_example(tmp_path):
     page = (Path(__file__).parent.parent / "docs" / "custom-derivatives.md").read_text()
     path = tmp_path / "kernels.py"
     path.write_text("\n\n".join(re.findall(r"```python\n(.*?)```", page, re.S)))
+    (tmp_path / "bessel.c").write_text((Path(__file__).parent.parent / "examples/extern/bessel.c").read_text())
     dlog, _ = vmap_func(grad_func(compile_python_kernel(path, "log1pexp", "f64")), [True], "n")
     close(eval_func(dlog, [np.array([-1000.0, 0.0, 1000.0])]), [np.array([0.0, 0.5, 1.0])])
     close(eval_func(grad_func(compile_python_kernel(path, "safe_norm", "f64")), [np.zeros(3)]), [np.zeros(3)])
@@ -473,3 +474,6 @@ def test_the_docs_example(tmp_path):
     close(eval_func(vjp_func(clip), [np.zeros(3), np.array([-5.0, 0.5, 3.0])]), [np.array([-1.0, 0.5, 1.0])])
     with pytest.raises(KsbuildError, match="not linear in its cotangents"):
         lower(jvp_func(clip))
+    ring, r, k, h = compile_python_kernel(path, "ring", "f64"), np.array([0.5, 4.0]), 1.3, 1e-6  # (an extern's rule)
+    dk = (eval_func(ring, [r, k + h])[0] - eval_func(ring, [r, k - h])[0]) / (2 * h)
+    np.testing.assert_allclose(eval_func(grad_func(ring, argnums=(1,)), [r, k])[0], dk, rtol=1e-6)

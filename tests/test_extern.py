@@ -279,7 +279,7 @@ def test_a_missing_source_file_is_an_error(tmp_path):
 
 
 def test_a_bad_c_name_is_an_error(tmp_path):
-    for bad in ('"2bad"', '"my-fn"', '"int"', "1"):
+    for bad in ('"2bad"', '"my-fn"', '"int"', '"new"', "1"):
         e = _error(tmp_path, f"@ksbuild.extern(c_name={bad})\ndef f(x: float) -> float:\n    return x\n", "f")
         assert "c_name must be a C identifier" in e.message and (e.loc.line, e.loc.col) == (4, 23), bad
 

@@ -13,11 +13,11 @@ An extern takes float, int and bool scalars and returns one float. A call of it 
 from __future__ import annotations
 
 import ast
-import keyword
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...codegen.viewmodel import C_KEYWORDS
 from ...ir.builder import Builder
 from ...ir.core import Func, Var
 from .decorators import dev_decorator
@@ -57,15 +57,10 @@ def _extern(src, fn: ast.FunctionDef, d: ast.expr) -> Extern:
     if "c_name" in kw:
         node = kw["c_name"]
         c_name = node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
-        if c_name is None or not C_IDENTIFIER.match(c_name) or keyword.iskeyword(c_name) or c_name in _C_WORDS:
+        if c_name is None or not C_IDENTIFIER.match(c_name) or c_name in C_KEYWORDS:
             raise src.error(node, f"c_name must be a C identifier (letters, digits and _, not first a digit, not a "
-                                  f"keyword), got {ast.unparse(node)}")
+                                  f"C or C++ keyword), got {ast.unparse(node)}")
     return Extern(c_name, _sources(src, kw.get("sources")), d)
-
-
-_C_WORDS = {"auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern",
-            "float", "for", "goto", "if", "int", "long", "register", "return", "short", "signed", "sizeof", "static",
-            "struct", "switch", "typedef", "union", "unsigned", "void", "volatile", "while", "bool", "main"}
 
 
 def _sources(src, node: ast.expr | None) -> tuple[str, ...]:
