@@ -22,11 +22,14 @@ counters and trips, and the outer values a body's params stand for (codegen/body
 """
 from __future__ import annotations
 
+import re
+
 from ..ir.core import Atom, Eqn, Lit, Var
 from ..ir.types import Dim, _plus, _poly, _scale, _text, _times, dim_add, dim_sub
 
 SIGNED = ("i32", "i64")
 MAX_STEPS = 64  # counters taken out of one polynomial at most (nested proofs included)
+_TOKEN = re.compile(r"ks_v[0-9]+_")  # the name of a counter or an opaque value in a polynomial's factor
 
 
 class IntSigns:
@@ -128,6 +131,28 @@ class IntSigns:
             if any(n in self._names and self._names[n] in inside for n in m):
                 return False
         return True
+
+    def rising(self, a: Atom, counter: Var, varying: set) -> bool:
+        """Whether the integer scalar a never decreases as the loop counter grows, all else fixed: a polynomial of
+        degree <= 1 in the counter, with a coefficient shown >= 0, whose other counters and opaque values are
+        none of `varying` (the body's values that change from one iteration to the next). Its largest value in
+        the loop is then its value at the last count (body.py's range guards)."""
+        v = self.value(a)
+        c = self._of.get(counter)
+        if v is None or c is None:
+            return False
+        coef: dict = {}
+        for m, k in _poly(v).items():
+            names = [t for f in m for t in _TOKEN.findall(f)]
+            if any(self._names.get(t) in varying for t in names if t != c) or names.count(c) > m.count(c):
+                return False  # (the counter inside a `//` factor: not linear)
+            if m.count(c) > 1:
+                return False
+            if c in m:
+                rm = list(m)
+                rm.remove(c)
+                coef[tuple(rm)] = coef.get(tuple(rm), 0) + k
+        return bool(coef) and self._prove(_text(coef), [MAX_STEPS])
 
     # ---- inside --------------------------------------------------------------------------------------
 
