@@ -123,8 +123,7 @@ def emit_loop(w: Writer, eqn) -> None:
     """A counted loop: carries are mutable locals/buffers, xs are read and ys written by slice."""
     p = eqn.params
     body, nc, ncar = p["body"], p["n_consts"], p["n_carry"]
-    trip, consts = eqn.ins[0], list(eqn.ins[1:1 + nc])
-    init, xs = list(eqn.ins[1 + nc:1 + nc + ncar]), list(eqn.ins[1 + nc + ncar:])
+    trip, init = eqn.ins[0], list(eqn.ins[1 + nc:1 + nc + ncar])
     carried = body.params[1 + nc:1 + nc + ncar]
     carry = declare_outputs(w, eqn.outs[:ncar], _hints(carried, body.results[:ncar], skip=body.params[:1 + nc]))
     for h, a in zip(carry, init):  # (into a dead initial value's buffer, if the plan says so)
@@ -132,25 +131,30 @@ def emit_loop(w: Writer, eqn) -> None:
     ys = declare_outputs(w, eqn.outs[ncar:], _hints(body.results[ncar:], skip=body.params))
     n = w.scalar(trip)
     guards = _range_guards(w, eqn, n)
-    if not guards:
+    if guards:
+        _emit_guarded(w, eqn, n, carry, ys, guards)
+    else:
         _emit_for(w, eqn, n, carry, ys)
-    else:  # the loop twice: without the clamps of the indices the guards show in range, and as it is
-        w.line(f"if ({' && '.join(f'{last} < {dim_expr(size)}' for last, size in guards.values())}) {{")
-        w.depth += 1
-        w.trusted.update((i, size) for i, (_, size) in guards.items())
-        _emit_for(w, eqn, n, carry, ys)
-        for i in guards:
-            del w.trusted[i]
-        w.depth -= 1
-        w.line("} else {")
-        w.depth += 1
-        _emit_for(w, eqn, n, carry, ys)
-        w.depth -= 1
-        w.line("}")
     if ys and p["length"] is not None and not _runs_full_length(trip, n, p["length"]):
         _zero_rows(w, ys, eqn.outs[ncar:], n, p["length"])
     for v, h in zip(eqn.outs, carry + ys):
         w.env[v] = h
+
+
+def _emit_guarded(w: Writer, eqn, n: str, carry: list, ys: list, guards: dict) -> None:
+    """The loop twice: where the guards' test passes, without the clamps of their indices; else as it is."""
+    w.line(f"if ({' && '.join(f'{last} < {dim_expr(size)}' for last, size in guards.values())}) {{")
+    w.depth += 1
+    w.trusted.update((i, size) for i, (_, size) in guards.items())
+    _emit_for(w, eqn, n, carry, ys)
+    for i in guards:
+        del w.trusted[i]
+    w.depth -= 1
+    w.line("} else {")
+    w.depth += 1
+    _emit_for(w, eqn, n, carry, ys)
+    w.depth -= 1
+    w.line("}")
 
 
 def _emit_for(w: Writer, eqn, n: str, carry: list, ys: list) -> None:
@@ -206,8 +210,7 @@ def _range_guards(w: Writer, eqn, n: str) -> dict:
     but not shown below their axis' size. Their values at the last count are computed before the loop (the
     body's equations that make them, the counter n - 1); {index: (that value, the axis' size)}. The C++ compiler
     vectorizes a loop that reads and adds at such an index, not one that clamps it (GMM: 1.7x less time)."""
-    p = eqn.params
-    body, nc, ncar = p["body"], p["n_consts"], p["n_carry"]
+    body, nc = eqn.params["body"], eqn.params["n_consts"]
     if any(isinstance(v, Func) for e in body.eqns for v in e.params.values()):
         return {}
     made = {v: e for e in body.eqns for v in e.outs}
