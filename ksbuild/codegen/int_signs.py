@@ -141,18 +141,13 @@ class IntSigns:
         c = self._of.get(counter)
         if v is None or c is None:
             return False
-        coef: dict = {}
-        for m, k in _poly(v).items():
+        poly = _poly(v)
+        for m in poly:
             names = [t for f in m for t in _TOKEN.findall(f)]
             if any(self._names.get(t) in varying for t in names if t != c) or names.count(c) > m.count(c):
                 return False  # (the counter inside a `//` factor: not linear)
-            if m.count(c) > 1:
-                return False
-            if c in m:
-                rm = list(m)
-                rm.remove(c)
-                coef[tuple(rm)] = coef.get(tuple(rm), 0) + k
-        return bool(coef) and self._prove(_text(coef), [MAX_STEPS])
+        parts = _split(poly, c)
+        return parts is not None and bool(parts[0]) and self._prove(_text(parts[0]), [MAX_STEPS])
 
     # ---- inside --------------------------------------------------------------------------------------
 
@@ -197,16 +192,10 @@ class IntSigns:
             if not ctrs:
                 break
             c = max(ctrs, key=lambda n: self.counters[self._names[n]][1])
-            coef, rest = {}, {}
-            for m, k in poly.items():
-                if m.count(c) > 1:
-                    return False
-                if c in m:
-                    rm = list(m)
-                    rm.remove(c)
-                    coef[tuple(rm)] = coef.get(tuple(rm), 0) + k
-                else:
-                    rest[m] = k
+            parts = _split(poly, c)
+            if parts is None:
+                return False
+            coef, rest = parts
             if self._prove(_text(coef), budget):
                 poly = rest  # c = 0
                 continue
@@ -222,6 +211,22 @@ class IntSigns:
         # what is left may be a size the shape checks keep >= 0, plus more that is (T - 1 - r with r < d is T - d)
         return facts and any(self._prove(_text(_plus(poly, _scale(_poly(f), -1))), budget, False)
                              for f in self.facts)
+
+
+def _split(poly: dict, c: str) -> tuple[dict, dict] | None:
+    """A polynomial as coef * c + rest (None when it is of degree 2 or more in c)."""
+    coef: dict = {}
+    rest: dict = {}
+    for m, k in poly.items():
+        if m.count(c) > 1:
+            return None
+        if c in m:
+            rm = list(m)
+            rm.remove(c)
+            coef[tuple(rm)] = coef.get(tuple(rm), 0) + k
+        else:
+            rest[m] = k
+    return coef, rest
 
 
 def _is_int_literal(a: Lit) -> bool:
