@@ -128,12 +128,16 @@ def test_signed_indices_keep_the_full_clamp_and_the_floor(functions):
 def test_packed_values_and_gradients(pkg, sizes):
     d, T = sizes
     rng = np.random.default_rng(d)
-    x, p = rng.normal(size=d), rng.normal(size=T)  # (T = 3 < 10 entries: the clamp from above is taken)
+    check_x_p(pkg, "packed", rng.normal(size=d), rng.normal(size=T))  # (T = 3 < 10: the clamp from above is taken)
+
+
+def check_x_p(pkg, name: str, x, p) -> None:
+    """The export `name` of (x, p) and its gradient against torch's."""
     xt, pt = (torch.tensor(a, requires_grad=True) for a in (x, p))
-    ref = torch_kernels()["packed"](xt, pt)
+    ref = torch_kernels()[name](xt, pt)
     ref.backward()
-    np.testing.assert_allclose(pkg.packed(x, p), ref.item(), rtol=1e-12)
-    gx, gp = pkg.packed_grad(x, p)
+    np.testing.assert_allclose(getattr(pkg, name)(x, p), ref.item(), rtol=1e-12)
+    gx, gp = getattr(pkg, f"{name}_grad")(x, p)
     np.testing.assert_allclose(gx, xt.grad.numpy(), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(gp, pt.grad.numpy(), rtol=1e-12, atol=1e-12)
 
@@ -173,11 +177,4 @@ def test_rising_index_is_tested_once_before_its_loop(functions):
 def test_columns_values_and_gradients(pkg, sizes):
     d, T = sizes  # (T >= d * d: the unclamped loops; T = 7: some columns clamped; T = 13: the last ones)
     rng = np.random.default_rng(d + T)
-    x, p = rng.normal(size=d), rng.normal(size=T)
-    xt, pt = (torch.tensor(a, requires_grad=True) for a in (x, p))
-    ref = torch_kernels()["columns"](xt, pt)
-    ref.backward()
-    np.testing.assert_allclose(pkg.columns(x, p), ref.item(), rtol=1e-12)
-    gx, gp = pkg.columns_grad(x, p)
-    np.testing.assert_allclose(gx, xt.grad.numpy(), rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(gp, pt.grad.numpy(), rtol=1e-12, atol=1e-12)
+    check_x_p(pkg, "columns", rng.normal(size=d), rng.normal(size=T))
