@@ -4,7 +4,9 @@ An index that the compiler shows is never negative is clamped from above only (k
 also stays below its axis is not clamped, and a `//` of a never negative value by a positive literal is C++'s
 unsigned division (ks::floordiv_nonneg); indices that may be negative keep the full clamp (they count from the
 end) and `//` of a value that may be negative keeps the floor. A loop carrying a float sum that reads at an index
-not moving by a fixed step is kept scalar (KS_SCALAR_LOOP, codegen/body.py). Checked on the generated C++ of one
+not moving by a fixed step is kept scalar (KS_SCALAR_LOOP, codegen/body.py). An innermost loop whose index is never
+negative and grows with the counter, but is not shown below its axis, runs unclamped when a test before the loop
+shows its last value in range (body.py's range guards), as it is otherwise. Checked on the generated C++ of one
 package (one build, ~15 s on a quiet machine) and on its values and gradients against the same kernels run by
 torch.
 """
@@ -44,6 +46,16 @@ def tail(x: "float[n]", y: "float[m]") -> float:
     return s
 
 
+def columns(x: "float[d]", p: "float[T]") -> float:
+    """p read column by column at c * d + j: never negative, one step per j, below T only when T >= d * d."""
+    d = x.shape[0]
+    s = 0.0
+    for c in range(d):
+        for j in range(d - c - 1):
+            s = s + p[c * d + j] * x[c]
+    return s
+
+
 def negative(x: "float[n]") -> float:
     """Indices that may be negative (they count from the end) and a // of a negative value."""
     n = x.shape[0]
@@ -54,7 +66,8 @@ def negative(x: "float[n]") -> float:
 '''
 
 EXPORTS = {"packed": "packed", "packed_grad": "grad(packed, argnums=(0, 1))", "tail": "tail",
-           "tail_grad": "grad(tail, argnums=(0, 1))", "negative": "negative", "negative_grad": "grad(negative)"}
+           "tail_grad": "grad(tail, argnums=(0, 1))", "negative": "negative", "negative_grad": "grad(negative)",
+           "columns": "columns", "columns_grad": "grad(columns, argnums=(0, 1))"}
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +103,7 @@ def torch_kernels():
     scope: dict = {}
     exec(SOURCE, scope)
     return {name: (lambda f: lambda *a: f(*(Clamped(t) for t in a)))(scope[name])
-            for name in ("packed", "tail", "negative")}
+            for name in ("packed", "tail", "negative", "columns")}
 
 
 def test_packed_index_is_neither_floored_nor_clamped_from_below(functions):
@@ -115,12 +128,16 @@ def test_signed_indices_keep_the_full_clamp_and_the_floor(functions):
 def test_packed_values_and_gradients(pkg, sizes):
     d, T = sizes
     rng = np.random.default_rng(d)
-    x, p = rng.normal(size=d), rng.normal(size=T)  # (T = 3 < 10 entries: the clamp from above is taken)
+    check_x_p(pkg, "packed", rng.normal(size=d), rng.normal(size=T))  # (T = 3 < 10: the clamp from above is taken)
+
+
+def check_x_p(pkg, name: str, x, p) -> None:
+    """The export `name` of (x, p) and its gradient against torch's."""
     xt, pt = (torch.tensor(a, requires_grad=True) for a in (x, p))
-    ref = torch_kernels()["packed"](xt, pt)
+    ref = torch_kernels()[name](xt, pt)
     ref.backward()
-    np.testing.assert_allclose(pkg.packed(x, p), ref.item(), rtol=1e-12)
-    gx, gp = pkg.packed_grad(x, p)
+    np.testing.assert_allclose(getattr(pkg, name)(x, p), ref.item(), rtol=1e-12)
+    gx, gp = getattr(pkg, f"{name}_grad")(x, p)
     np.testing.assert_allclose(gx, xt.grad.numpy(), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(gp, pt.grad.numpy(), rtol=1e-12, atol=1e-12)
 
@@ -143,3 +160,21 @@ def test_tail_and_negative_values_and_gradients(pkg, sizes):
     ref.backward()
     np.testing.assert_allclose(pkg.negative(x), ref.item(), rtol=1e-12)
     np.testing.assert_allclose(pkg.negative_grad(x), xt.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_rising_index_is_tested_once_before_its_loop(functions):
+    """`p[c * d + j]`: one test of its value at the last j before the loop, then a loop with no clamp; the clamped
+    loop stays for a short p (forward and the gradient's index_add alike)."""
+    for name in ("columns", "columns_grad"):
+        code = functions[name]
+        assert re.search(r"const int64_t last_\w+ = .*;\n\s*if \(last_\w+ < T\) \{", code), name
+        fast, slow = code.split("} else {", 1)
+        assert "ks::clamp_index_nonneg(" not in fast.split("if (last_", 1)[1], name
+        assert "ks::clamp_index_nonneg(" in slow, name
+
+
+@pytest.mark.parametrize("sizes", [(5, 25), (5, 7), (2, 1), (4, 13)])
+def test_columns_values_and_gradients(pkg, sizes):
+    d, T = sizes  # (T >= d * d: the unclamped loops; T = 7: some columns clamped; T = 13: the last ones)
+    rng = np.random.default_rng(d + T)
+    check_x_p(pkg, "columns", rng.normal(size=d), rng.normal(size=T))

@@ -123,14 +123,46 @@ def emit_loop(w: Writer, eqn) -> None:
     """A counted loop: carries are mutable locals/buffers, xs are read and ys written by slice."""
     p = eqn.params
     body, nc, ncar = p["body"], p["n_consts"], p["n_carry"]
-    trip, consts = eqn.ins[0], list(eqn.ins[1:1 + nc])
-    init, xs = list(eqn.ins[1 + nc:1 + nc + ncar]), list(eqn.ins[1 + nc + ncar:])
+    trip, init = eqn.ins[0], list(eqn.ins[1 + nc:1 + nc + ncar])
     carried = body.params[1 + nc:1 + nc + ncar]
     carry = declare_outputs(w, eqn.outs[:ncar], _hints(carried, body.results[:ncar], skip=body.params[:1 + nc]))
     for h, a in zip(carry, init):  # (into a dead initial value's buffer, if the plan says so)
         store(w, handle_of(w, a), h, a.type)
     ys = declare_outputs(w, eqn.outs[ncar:], _hints(body.results[ncar:], skip=body.params))
     n = w.scalar(trip)
+    guards = _range_guards(w, eqn, n)
+    if guards:
+        _emit_guarded(w, eqn, n, carry, ys, guards)
+    else:
+        _emit_for(w, eqn, n, carry, ys)
+    if ys and p["length"] is not None and not _runs_full_length(trip, n, p["length"]):
+        _zero_rows(w, ys, eqn.outs[ncar:], n, p["length"])
+    for v, h in zip(eqn.outs, carry + ys):
+        w.env[v] = h
+
+
+def _emit_guarded(w: Writer, eqn, n: str, carry: list, ys: list, guards: dict) -> None:
+    """The loop twice: where the guards' test passes, without the clamps of their indices; else as it is."""
+    w.line(f"if ({' && '.join(f'{last} < {dim_expr(size)}' for last, size in guards.values())}) {{")
+    w.depth += 1
+    w.trusted.update((i, size) for i, (_, size) in guards.items())
+    _emit_for(w, eqn, n, carry, ys)
+    for i in guards:
+        del w.trusted[i]
+    w.depth -= 1
+    w.line("} else {")
+    w.depth += 1
+    _emit_for(w, eqn, n, carry, ys)
+    w.depth -= 1
+    w.line("}")
+
+
+def _emit_for(w: Writer, eqn, n: str, carry: list, ys: list) -> None:
+    """The for loop of emit_loop: its counter, the body, the stores of its ys and carries."""
+    p = eqn.params
+    body, nc, ncar = p["body"], p["n_consts"], p["n_carry"]
+    trip, consts = eqn.ins[0], list(eqn.ins[1:1 + nc])
+    xs = list(eqn.ins[1 + nc + ncar:])
     hint = body.params[0].hint  # the source's name of the counter, if it has one
     k = w.namer.fresh(hint, depth=w.depth + 1, source=True) if hint else w.namer.index(w.depth + 1)
     head = (f"for (int64_t {k} = {n} - 1; {k} >= 0; --{k}) {{" if p["reverse"]
@@ -169,10 +201,92 @@ def emit_loop(w: Writer, eqn) -> None:
     w.env = saved
     w.depth -= 1
     w.line("}")
-    if ys and p["length"] is not None and not _runs_full_length(trip, n, p["length"]):
-        _zero_rows(w, ys, eqn.outs[ncar:], n, p["length"])
-    for v, h in zip(eqn.outs, carry + ys):
-        w.env[v] = h
+
+
+def _range_guards(w: Writer, eqn, n: str) -> dict:
+    """The clamped indices of an innermost loop that one test before it can show in range: computed in the body
+    (no memory read, no nested body), never negative, and never decreasing as the counter grows (a polynomial of
+    degree 1 in it: GMM's triangle `icf[k, d + c * (2 * d - c - 1) // 2 + r - c - 1]` with r = c + 1 + below),
+    but not shown below their axis' size. Their values at the last count are computed before the loop (the
+    body's equations that make them, the counter n - 1); {index: (that value, the axis' size)}. The C++ compiler
+    vectorizes a loop that reads and adds at such an index, not one that clamps it (GMM: 1.7x less time)."""
+    body, nc = eqn.params["body"], eqn.params["n_consts"]
+    if any(isinstance(v, Func) for e in body.eqns for v in e.params.values()):
+        return {}
+    made = {v: e for e in body.eqns for v in e.outs}
+    found = {}
+    for e in body.eqns:
+        if e.prim.takes == ():
+            found.update(_clamped_positions(e, made))
+    if not found:
+        return {}
+    counter = body.params[0]
+    w.int_signs.loop(counter, eqn.ins[0], w.depth + 1)
+    for prm, a in zip(body.params[1:1 + nc], eqn.ins[1:1 + nc]):
+        w.int_signs.bind(prm, a)
+    for e in body.eqns:
+        w.int_signs.define(e)
+    varying = _varying(body, nc)
+    slices = {i: _int_slice(i, made) for i in found}
+    found = {i: size for i, size in found.items() if slices[i] is not None and w.int_signs.nonneg(i)
+             and not w.int_signs.below(i, size) and w.int_signs.rising(i, counter, varying)}
+    return {i: (_value_at_last(w, eqn, slices[i], i, n), size) for i, size in found.items()}
+
+
+def _clamped_positions(e: Eqn, made: dict) -> dict:
+    """The integer scalar positions an equation of index, index_add or index_set takes (made in the loop's body),
+    with the sizes of their axes: operand k for axis `axis + k - 1`; an update's last operand is its value."""
+    x = e.ins[0]
+    count = len(e.ins) - 1 if e.outs[0].type.rank < x.type.rank else len(e.ins) - 2
+    out = {}
+    for k, i in enumerate(e.ins[1:1 + count], start=1):
+        if isinstance(i, Var) and i in made and i.type.rank == 0 and i.type.dtype in INT_DTYPES:
+            out[i] = x.type.shape[e.params["axis"] + k - 1]
+    return out
+
+
+def _varying(body: Func, nc: int) -> set:
+    """The values of a loop's body that may change from one iteration to the next: the counter, the carries and
+    xs, and what is computed from them."""
+    out = {body.params[0], *body.params[1 + nc:]}
+    for e in body.eqns:
+        if any(isinstance(a, Var) and a in out for a in e.ins):
+            out.update(e.outs)
+    return out
+
+
+def _int_slice(i: Var, made: dict) -> list | None:
+    """The body's equations that compute i, in order, when each is of scalars without a body or a memory read."""
+    need, stack = {}, [i]
+    while stack:
+        v = stack.pop()
+        e = made.get(v)
+        if e is None or id(e) in need:
+            continue
+        if e.prim.takes is not None or any(o.type.rank for o in (*e.ins, *e.outs)):
+            return None
+        need[id(e)] = e
+        stack.extend(a for a in e.ins if isinstance(a, Var))
+    order = {id(e): j for j, e in enumerate(made.values())}
+    return sorted(need.values(), key=lambda e: order[id(e)])
+
+
+def _value_at_last(w: Writer, eqn, eqns: list, i: Var, n: str) -> str:
+    """A local holding i's value at the loop's last count: eqns emitted before the loop with the counter n - 1,
+    as one expression (integer scalars fold into their reader, codegen/cpp.py Writer.assign)."""
+    body, nc = eqn.params["body"], eqn.params["n_consts"]
+    saved, folded = dict(w.env), {v for e in eqns for v in e.outs} - w.foldable
+    w.env[body.params[0]] = f"({n} - 1)"
+    for prm, a in zip(body.params[1:1 + nc], eqn.ins[1:1 + nc]):
+        w.env[prm] = handle_of(w, a)
+    w.foldable |= folded
+    for e in eqns:
+        rule(e.prim, "emit")(w, e)
+    name = w.namer.fresh(f"last_{w.hint(i) or 'at'}")
+    w.line(f"const {w.ctype(i.type)} {name} = {w.scalar(i)};")
+    w.foldable -= folded
+    w.env = saved
+    return name
 
 
 def _kept_scalar(w: Writer, body: Func, nc: int, ncar: int) -> bool:

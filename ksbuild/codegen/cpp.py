@@ -282,6 +282,7 @@ class Writer:
         self.local: dict[Var, str] = {}
         self.escaping: dict[Var, Storage] = {}  # inside a fusion: values stored as they are computed
         self.in_range: dict[Var, object] = {}  # loop counters -> the dim they stay below
+        self.trusted: dict[Var, object] = {}  # indices a test before their loop shows below a dim (body.py)
         self.int_signs = IntSigns()  # integer scalars, loop counters, params' outer values (codegen/int_signs.py)
         self.row_of: dict[Var, str] = {}  # a loop's stacked result -> the counter of the row its body writes
         self.scratch_slots: dict[str, tuple[Slot, list[str]]] = {}  # element type -> (its scratch slot, counts)
@@ -785,7 +786,7 @@ class Writer:
         if self.in_range.get(i) == n:
             return self.scalar(i)
         if self.int_signs.nonneg(i):  # (codegen/int_signs.py)
-            if self.int_signs.below(i, n):
+            if self.int_signs.below(i, n) or self.trusted.get(i) == n:
                 return self.scalar(i)
             return f"ks::clamp_index_nonneg({self.scalar(i)}, {dim_expr(n)})"
         return f"ks::clamp_index({self.scalar(i)}, {dim_expr(n)})"

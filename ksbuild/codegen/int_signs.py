@@ -22,11 +22,14 @@ counters and trips, and the outer values a body's params stand for (codegen/body
 """
 from __future__ import annotations
 
+import re
+
 from ..ir.core import Atom, Eqn, Lit, Var
 from ..ir.types import Dim, _plus, _poly, _scale, _text, _times, dim_add, dim_sub
 
 SIGNED = ("i32", "i64")
 MAX_STEPS = 64  # counters taken out of one polynomial at most (nested proofs included)
+_TOKEN = re.compile(r"ks_v[0-9]+_")  # the name of a counter or an opaque value in a polynomial's factor
 
 
 class IntSigns:
@@ -129,6 +132,23 @@ class IntSigns:
                 return False
         return True
 
+    def rising(self, a: Atom, counter: Var, varying: set) -> bool:
+        """Whether the integer scalar a never decreases as the loop counter grows, all else fixed: a polynomial of
+        degree <= 1 in the counter, with a coefficient shown >= 0, whose other counters and opaque values are
+        none of `varying` (the body's values that change from one iteration to the next). Its largest value in
+        the loop is then its value at the last count (body.py's range guards)."""
+        v = self.value(a)
+        c = self._of.get(counter)
+        if v is None or c is None:
+            return False
+        poly = _poly(v)
+        for m in poly:
+            names = [t for f in m for t in _TOKEN.findall(f)]
+            if any(self._names.get(t) in varying for t in names if t != c) or names.count(c) > m.count(c):
+                return False  # (the counter inside a `//` factor: not linear)
+        parts = _split(poly, c)
+        return parts is not None and bool(parts[0]) and self._prove(_text(parts[0]), [MAX_STEPS])
+
     # ---- inside --------------------------------------------------------------------------------------
 
     def _resolve(self, a: Atom) -> Atom:
@@ -172,16 +192,10 @@ class IntSigns:
             if not ctrs:
                 break
             c = max(ctrs, key=lambda n: self.counters[self._names[n]][1])
-            coef, rest = {}, {}
-            for m, k in poly.items():
-                if m.count(c) > 1:
-                    return False
-                if c in m:
-                    rm = list(m)
-                    rm.remove(c)
-                    coef[tuple(rm)] = coef.get(tuple(rm), 0) + k
-                else:
-                    rest[m] = k
+            parts = _split(poly, c)
+            if parts is None:
+                return False
+            coef, rest = parts
             if self._prove(_text(coef), budget):
                 poly = rest  # c = 0
                 continue
@@ -197,6 +211,22 @@ class IntSigns:
         # what is left may be a size the shape checks keep >= 0, plus more that is (T - 1 - r with r < d is T - d)
         return facts and any(self._prove(_text(_plus(poly, _scale(_poly(f), -1))), budget, False)
                              for f in self.facts)
+
+
+def _split(poly: dict, c: str) -> tuple[dict, dict] | None:
+    """A polynomial as coef * c + rest (None when it is of degree 2 or more in c)."""
+    coef: dict = {}
+    rest: dict = {}
+    for m, k in poly.items():
+        if m.count(c) > 1:
+            return None
+        if c in m:
+            rm = list(m)
+            rm.remove(c)
+            coef[tuple(rm)] = coef.get(tuple(rm), 0) + k
+        else:
+            rest[m] = k
+    return coef, rest
 
 
 def _is_int_literal(a: Lit) -> bool:

@@ -2097,12 +2097,23 @@ int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const double* alphas
                 // gmm.py:87 (continued)
                 for (int64_t c = 0; c < d; ++c) {
                     const int64_t sub_d_sub_c = ((d - c) - int64_t{1});
-                    for (int64_t below = 0; below < sub_d_sub_c; ++below) {
-                        const int64_t r = ((c + int64_t{1}) + below);
-                        const int64_t icf_at = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
-                        const double x_sub_means = (x[i * d + c] - means[k * d + c]);
-                        const double mul_icf = (icf[k * T + ks::clamp_index_nonneg(icf_at, T)] * x_sub_means);
-                        res[r] += mul_icf;
+                    const int64_t last_icf_at = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + ((c + int64_t{1}) + (sub_d_sub_c - 1))) - c) - int64_t{1});
+                    if (last_icf_at < T) {
+                        for (int64_t below = 0; below < sub_d_sub_c; ++below) {
+                            const int64_t r = ((c + int64_t{1}) + below);
+                            const int64_t icf_at = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
+                            const double x_sub_means = (x[i * d + c] - means[k * d + c]);
+                            const double mul_icf = (icf[k * T + icf_at] * x_sub_means);
+                            res[r] += mul_icf;
+                        }
+                    } else {
+                        for (int64_t below = 0; below < sub_d_sub_c; ++below) {
+                            const int64_t r = ((c + int64_t{1}) + below);
+                            const int64_t icf_at = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
+                            const double x_sub_means = (x[i * d + c] - means[k * d + c]);
+                            const double mul_icf = (icf[k * T + ks::clamp_index_nonneg(icf_at, T)] * x_sub_means);
+                            res[r] += mul_icf;
+                        }
                     }
                 }
                 // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
@@ -2305,12 +2316,23 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                 // gmm.py:87 (continued)
                 for (int64_t c = 0; c < d; ++c) {
                     const int64_t sub_d_sub_c = ((d - c) - int64_t{1});
-                    for (int64_t below = 0; below < sub_d_sub_c; ++below) {
-                        const int64_t r = ((c + int64_t{1}) + below);
-                        const int64_t icf_at = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
-                        const double x_sub_means = (x[i * d + c] - means[k * d + c]);
-                        const double mul_icf = (icf[k * T + ks::clamp_index_nonneg(icf_at, T)] * x_sub_means);
-                        res1[r] += mul_icf;
+                    const int64_t last_icf_at = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + ((c + int64_t{1}) + (sub_d_sub_c - 1))) - c) - int64_t{1});
+                    if (last_icf_at < T) {
+                        for (int64_t below = 0; below < sub_d_sub_c; ++below) {
+                            const int64_t r = ((c + int64_t{1}) + below);
+                            const int64_t icf_at = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
+                            const double x_sub_means = (x[i * d + c] - means[k * d + c]);
+                            const double mul_icf = (icf[k * T + icf_at] * x_sub_means);
+                            res1[r] += mul_icf;
+                        }
+                    } else {
+                        for (int64_t below = 0; below < sub_d_sub_c; ++below) {
+                            const int64_t r = ((c + int64_t{1}) + below);
+                            const int64_t icf_at = ((((d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2})) + r) - c) - int64_t{1});
+                            const double x_sub_means = (x[i * d + c] - means[k * d + c]);
+                            const double mul_icf = (icf[k * T + ks::clamp_index_nonneg(icf_at, T)] * x_sub_means);
+                            res1[r] += mul_icf;
+                        }
                     }
                 }
                 // gmm.py:85: alphas[k] + torch.sum(icf[k, :d]) - 0.5 * sum(
@@ -2488,13 +2510,25 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
                 const double x_sub_means = (x[i * d + c] - means[k * d + c]);
                 double res3;
                 res3 = res2[c];
-                for (int64_t below = sub_d_sub_c - 1; below >= 0; --below) {
-                    const int64_t r = ((c + int64_t{1}) + below);
-                    const int64_t icf_at = (((add_d + r) - c) - int64_t{1});
-                    const double d_sum_mul_icf = (d_sum1[r] * icf[k * T + ks::clamp_index_nonneg(icf_at, T)]);
-                    const double mul_d_sum = (d_sum1[r] * x_sub_means);
-                    res3 = (res3 + (d_sum_mul_icf * (-1.0)));
-                    index_add_mul_d_sum[ks::clamp_index_nonneg(icf_at, T)] += mul_d_sum;
+                const int64_t last_icf_at = (((add_d + ((c + int64_t{1}) + (sub_d_sub_c - 1))) - c) - int64_t{1});
+                if (last_icf_at < T) {
+                    for (int64_t below = sub_d_sub_c - 1; below >= 0; --below) {
+                        const int64_t r = ((c + int64_t{1}) + below);
+                        const int64_t icf_at = (((add_d + r) - c) - int64_t{1});
+                        const double d_sum_mul_icf = (d_sum1[r] * icf[k * T + icf_at]);
+                        const double mul_d_sum = (d_sum1[r] * x_sub_means);
+                        res3 = (res3 + (d_sum_mul_icf * (-1.0)));
+                        index_add_mul_d_sum[icf_at] += mul_d_sum;
+                    }
+                } else {
+                    for (int64_t below = sub_d_sub_c - 1; below >= 0; --below) {
+                        const int64_t r = ((c + int64_t{1}) + below);
+                        const int64_t icf_at = (((add_d + r) - c) - int64_t{1});
+                        const double d_sum_mul_icf = (d_sum1[r] * icf[k * T + ks::clamp_index_nonneg(icf_at, T)]);
+                        const double mul_d_sum = (d_sum1[r] * x_sub_means);
+                        res3 = (res3 + (d_sum_mul_icf * (-1.0)));
+                        index_add_mul_d_sum[ks::clamp_index_nonneg(icf_at, T)] += mul_d_sum;
+                    }
                 }
                 res2[c] = res3;
             }
