@@ -5,6 +5,7 @@ ties: whole numbers), against torch.autograd (the gradient goes to the first ext
 the [n, k] contraction is gone."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -233,3 +234,49 @@ def test_compiled_max_min_rows_match_numpy(compiled, k):
         np.testing.assert_array_equal(compiled.whole_max(clean), clean.max())
         forty = signed_zeros_nans_infs(rng, (k, 40))
         np.testing.assert_array_equal(compiled.row_extrema_40(forty), forty.max(1) * 10.0 + forty.min(1))
+
+
+def later_blocks(rng, n: int, k: int) -> np.ndarray:
+    """Rows whose least number first appears past the first 128 elements (codegen/fusion.py, ARG_BLOCK: a long row's
+    argmin is found block by block, then only that block is swept for the position): ties of it in two later
+    blocks, at block edges, -0.0 against +0.0, an infinity, all +inf, and a few NaN (the position sweep takes the
+    whole row then)."""
+    x = rng.integers(1, 4, size=(n, k)).astype(np.float64)
+    for r in range(n):
+        at = sorted(rng.choice(np.arange(128, k), size=min(2, k - 128), replace=False))
+        x[r, at] = -1.0 - (r % 3)
+    x[0, [127, 128, k - 1]] = -9.0  # (the first block's last element: the extremum in block 0)
+    x[1, [128, min(255, k - 1)]] = -9.0  # (the first and last of a later block)
+    x[2] = 1.0
+    x[2, [5, k - 2]] = -0.0
+    x[2, [k - 1]] = 0.0
+    x[3] = np.inf
+    x[4, [300 % k, 20]] = -np.inf
+    x[5, [k - 1]] = np.nan
+    x[6, [3, k - 2]] = np.nan
+    return x
+
+
+@pytest.mark.parametrize("k", [129, 256, 300])
+def test_long_rows_positions_in_later_blocks_match_torch(compiled, k):
+    """torch.min(x, dim).values and .indices over rows longer than one block of ARG_BLOCK elements, where the first
+    least element is in a later block than the first, ties span blocks, and NaN and infinities stand in rows."""
+    x = later_blocks(np.random.default_rng(k), 17, k)
+    r = torch.min(torch.tensor(x), dim=1)
+    np.testing.assert_array_equal(compiled.values_and_indices(x), (r.values * 10.0 + r.indices).numpy())
+
+
+def test_the_position_sweep_of_a_long_row_reads_one_block(tmp_path):
+    """The second sweep of an argmin over rows of 300 floats covers the block (128 elements) where the first sweep
+    met the least number, or the whole row where a NaN is: the rendered loop's bounds."""
+    from ksbuild.packaging.package import render
+    (tmp_path / "k.py").write_text(COMPILED.replace('x: "float[n, k]") -> "float[n]":\n    r = torch.min',
+                                                    'x: "float[n, 300]") -> "float[n]":\n    r = torch.min'))
+    (tmp_path / "manifest.toml").write_text('[package]\nname = "one_block"\n[build]\ndtype = "float64"\n'
+                                            '[kernels]\nvalues_and_indices = { python = "k.py:values_and_indices" }\n'
+                                            '[exports]\nvalues_and_indices = "values_and_indices"\n')
+    render(tmp_path / "manifest.toml", tmp_path / "out", lambda s: None)
+    src = (tmp_path / "out/src/one_block.cpp").read_text()
+    assert re.search(r"for \(int64_t \w+ = 0; \w+ < 300; \w+ \+= 128\)", src), src
+    assert re.search(r"for \(int64_t (\w+) = \((has_nan\w*) \? 0 : (\w+)\); \1 < \(\2 \|\| 300 - \3 <= 128 \? 300 : "
+                     r"\3 \+ 128\); \+\+\1\)", src), src

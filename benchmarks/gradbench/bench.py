@@ -1,7 +1,7 @@
 """GradBench's evals on ksbuild: F and J times and J/F, next to GradBench's published J/F.
 
     PYTHONPATH=. python benchmarks/gradbench/bench.py [--evals lse,kmeans,llsq,gmm,ba,ht,lstm] [--full]
-        [--min-seconds 0.5] [--clock cpu] [--gradbench DIR]   # a gradbench/gradbench checkout: ht's data files
+        [--min-seconds 0.5] [--clock cpu] [--rounds 1] [--gradbench DIR]   # DIR: a gradbench checkout (ht's data)
 
 For each eval and workload (GradBench's input generators and workload names, evals/<eval>/run.py),
 builds this folder's manifest, checks ksbuild's primal and derivative against reference.py, then
@@ -138,14 +138,20 @@ def mean_time(call, min_seconds: float, clock) -> tuple[object, float]:
 
 
 def measure(pkg, module: str, inp: dict, args) -> dict:
-    """F and J seconds and the larger of the two relative errors."""
+    """F and J seconds, J/F and the larger of the two relative errors. With --rounds R: F and J timed in turn R
+    times (each for --min-seconds), their medians and the median of the rounds' J/F, so that a change of the
+    machine's load between the two is not read as J/F."""
     want = expected(module, inp)
     clock = time.thread_time_ns if args.clock == "cpu" else time.perf_counter_ns
-    row = {}
-    for key, function, target in zip(("f", "j"), evals.FUNCTIONS[module], want):
-        call, to_json = evals.calls(pkg, module, function, inp)
-        result, row[key] = mean_time(call, args.min_seconds, clock)
-        row["err_" + key] = rel_error(flat(to_json(result)), np.ravel(target))
+    calls = [evals.calls(pkg, module, function, inp) for function in evals.FUNCTIONS[module]]
+    row, times = {}, {"f": [], "j": []}
+    for _ in range(args.rounds):
+        for key, (call, to_json), target in zip(("f", "j"), calls, want):
+            result, seconds = mean_time(call, args.min_seconds, clock)
+            times[key].append(seconds)
+            row["err_" + key] = rel_error(flat(to_json(result)), np.ravel(target))
+    row["f"], row["j"] = float(np.median(times["f"])), float(np.median(times["j"]))
+    row["j/f"] = float(np.median(np.divide(times["j"], times["f"])))
     return row
 
 
@@ -167,7 +173,7 @@ def print_eval(pkg, module: str, published: dict, args) -> None:
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     for name, inp in WORKLOADS[module](args):
         r = measure(pkg, module, inp, args)
-        cells = [name, f"{r['f'] * 1e3:.4g}", f"{r['j'] * 1e3:.4g}", f"{r['j'] / r['f']:.2f}",
+        cells = [name, f"{r['f'] * 1e3:.4g}", f"{r['j'] * 1e3:.4g}", f"{r['j/f']:.2f}",
                  f"{max(r['err_f'], r['err_j']):.0e}"] + published_ratios(published, module, name)
         print("| " + " | ".join(cells) + " |", flush=True)
 
@@ -182,6 +188,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="wall time as GradBench, or this thread's CPU time (a shared machine's waits left out)")
     p.add_argument("--min-seconds", type=float, default=0.5, help="time each function for at least this long")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="time F and J in turn this many times: medians (default 1: once each, as GradBench's scorer)")
     args = p.parse_args(argv)
     import ksbuild
 

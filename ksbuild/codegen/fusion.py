@@ -7,7 +7,7 @@ loops, so `sum(x * y, -1)` is one pass with no temporary.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ..errors import rule
 from ..ir.core import Eqn, Var
@@ -49,12 +49,13 @@ def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
             for k in floats} if long_rows else {}
     sweep = (w, body, inner_eqns, reductions, accs, best, twins, stores, outer, shape, n_red)
     arg = {k: (accs[k], b) for k, b in best.items()}
+    block = _arg_block(w, best, nans, row, n_red)
     if long_rows and not isinstance(row, int):  # (rows of a run-time length: the loops for either length)
         w.line(f"if ({dim_expr(row)} >= {VECTOR_ROW}) {{")
         w.depth += 1
-        _first_sweep(*sweep, nans)
+        _first_sweep(*sweep, nans, block)
         if best:
-            _position_sweep(w, inner_eqns, reductions, arg, outer, shape, n_red, True)
+            _position_sweep(w, inner_eqns, reductions, arg, outer, shape, n_red, True, _block_range(block, nans, row))
         w.depth -= 1
         w.line("} else {")
         w.depth += 1
@@ -64,9 +65,10 @@ def emit_fusion(w: Writer, eqn: Eqn, dests: dict | None = None) -> None:
         w.depth -= 1
         w.line("}")
     else:
-        _first_sweep(*sweep, nans)
+        _first_sweep(*sweep, nans, block if long_rows else None)
         if best:
-            _position_sweep(w, inner_eqns, reductions, arg, outer, shape, n_red, long_rows)
+            _position_sweep(w, inner_eqns, reductions, arg, outer, shape, n_red, long_rows,
+                            _block_range(block, nans, row) if long_rows else None)
     scalars = _store_reduced(w, reductions, accs, written, outer)
     w.close_loops(outer)
     w.env = saved_env
@@ -84,20 +86,62 @@ loop for the position (at 10 elements the vector loops' set-up and lane reductio
 15-25% slower). A tie of -0.0 and +0.0 then gives either zero (the lanes' order), as numpy's vectorized max."""
 
 
+ARG_BLOCK = 128
+"""A long row's arg reduction (an argmin of floats, as kmeans' nearest centroid) finds its extremum in blocks of this
+many elements, keeping the first block that holds it; the sweep for the position then reads that block alone, not
+the row again (kmeans' J at k = 1000: the second sweep was a quarter of the argmin's time). A block's own extremum
+is an `omp simd` min (max) too; at 128 elements its lane reduction costs less than the sweep it saves."""
+
+
+@dataclass
+class ArgBlock:
+    """The one arg reduction (k) of a fusion whose extremum is found block by block: `first`, the local holding the
+    first position of the block where it is, and `extremum`, the local of a block's own extremum."""
+
+    k: int
+    first: str
+    extremum: str
+
+
+def _arg_block(w: Writer, best: dict, nans: dict, row, n_red: int) -> ArgBlock | None:
+    """An ArgBlock (its locals declared) for a fusion with one arg reduction of floats over one axis longer than a
+    block (or of a run-time length), else None."""
+    if len(best) != 1 or n_red != 1 or isinstance(row, int) and row <= ARG_BLOCK or next(iter(best)) not in nans:
+        return None
+    k = next(iter(best))
+    first = w.namer.fresh(f"{best[k]}_block")
+    w.line(f"int64_t {first} = 0;")
+    return ArgBlock(k, first, w.namer.fresh(f"{best[k]}_part"))
+
+
+def _block_range(block: ArgBlock | None, nans: dict, row) -> tuple[str, str] | None:
+    """[lo, hi) of the position sweep of a blocked arg reduction: its extremum's block, or the whole row where a NaN
+    is (the first NaN is the extremum: any block may hold it)."""
+    if block is None:
+        return None
+    flag, n, first = nans[block.k], dim_expr(row), block.first
+    return f"({flag} ? 0 : {first})", f"({flag} || {n} - {first} <= {ARG_BLOCK} ? {n} : {first} + {ARG_BLOCK})"
+
+
 def _first_sweep(w: Writer, body, inner_eqns, reductions, accs, best, twins, stores, outer, shape, n_red: int,
-                 nans: dict) -> None:
+                 nans: dict, block: ArgBlock | None = None) -> None:
     """The loop over the reduced axes: the elementwise equations at each element (stores of the values read after
     the fusion), the reductions' updates, the arg reductions' extrema (nans: {k: its NaN flag} for those kept as
-    two vectorized reductions, else a running max or min)."""
+    two vectorized reductions, else a running max or min; `block`: one of them found block by block)."""
     sums = [a for a, e in zip(accs, reductions) if e.prim.reduction == "sum"]
-    parts, start, end = _blocks(w, shape[-1], [a for a, e in zip(accs, reductions) if _blocked(e, n_red, shape)])
+    parts, start, end = _blocks(w, shape[-1], [a for a, e in zip(accs, reductions) if _blocked(e, n_red, shape)],
+                                block is not None)
     updated = [parts.get(a, a) for a in accs]
     clauses = [f"reduction(+:{', '.join(parts.get(a, a) for a in sums)})"] if sums else []
     extremum = {k: best.get(k, updated[k]) for k in nans}  # (an arg reduction's extremum, a plain one's accumulator)
+    if block is not None:
+        c, kind = w.ctype(reductions[block.k].ins[0].type), reductions[block.k].prim.reduction[3:]
+        w.line(f"{c} {block.extremum} = {reduce_init(kind, c)};")
+        extremum[block.k] = block.extremum
     firsts = {flag: k for k, flag in reversed(nans.items())}  # (a flag shared by two reductions: updated once)
     clauses += [f"reduction({reductions[k].prim.reduction.removeprefix('arg')}:{extremum[k]})" +
                 (f" reduction(|:{flag})" if firsts[flag] == k else "") for k, flag in nans.items()]
-    if parts:  # the last axis in blocks: the float sums add up per block, then block by block
+    if start:  # the last axis in blocks: the float sums add up per block, then block by block
         inner = [w.namer.index(w.depth + 1)]
         w.line(simd_pragma(" ".join(clauses)))
         w.line(f"for (int64_t {inner[0]} = {start}; {inner[0]} < {end}; ++{inner[0]}) {{")
@@ -123,11 +167,15 @@ def _first_sweep(w: Writer, body, inner_eqns, reductions, accs, best, twins, sto
     w.close_loops(inner)
     for acc, part in parts.items():
         w.line(f"{acc} += {part};")
-    if parts:
+    if block is not None:  # (strictly beyond: the first block holding the extremum stays)
+        op, at = "<" if reductions[block.k].prim.reduction == "argmin" else ">", best[block.k]
+        w.line(f"if ({block.extremum} {op} {at}) {{ {at} = {block.extremum}; {block.first} = {start}; }}")
+    if start:
         w.close_loops(1)
     for k, flag in nans.items():  # (a NaN is the extremum, as running_min and running_max make it)
         nan = f'static_cast<{w.ctype(reductions[k].ins[0].type)}>(__builtin_nan(""))'
-        w.line(f"{extremum[k]} = {flag} ? {nan} : {extremum[k]};")
+        kept = best.get(k, updated[k])  # (a blocked arg reduction's: the row's, not its last block's)
+        w.line(f"{kept} = {flag} ? {nan} : {kept};")
 
 
 def _merged_views(w: Writer, eqn: Eqn, body, shape, targets: dict, n_red: int):
@@ -218,15 +266,17 @@ def _blocked(e: Eqn, n_red: int, shape) -> bool:
         (not isinstance(n, int) or n > 2 * SUM_BLOCK)
 
 
-def _blocks(w: Writer, n, accs: list[str]) -> tuple[dict, str, str]:
+def _blocks(w: Writer, n, accs: list[str], arg: bool = False) -> tuple[dict, str, str]:
     """Open the loop over blocks of the last axis and declare each sum's block sum: ({acc: its block sum}, the
-    block's first index, one past its last); ({}, "", "") when no sum is blocked."""
-    if not accs:
+    block's first index, one past its last); ({}, "", "") when no sum is blocked and no arg reduction (`arg`:
+    blocks of ARG_BLOCK elements, for it and the sums)."""
+    if not accs and not arg:
         return {}, "", ""
+    block = ARG_BLOCK if arg else SUM_BLOCK
     size, start, end = dim_expr(n), w.namer.fresh("block", w.depth + 1), w.namer.fresh("block_end", w.depth + 1)
-    w.line(f"for (int64_t {start} = 0; {start} < {size}; {start} += {SUM_BLOCK}) {{")
+    w.line(f"for (int64_t {start} = 0; {start} < {size}; {start} += {block}) {{")
     w.depth += 1
-    w.line(f"const int64_t {end} = {size} - {start} < {SUM_BLOCK} ? {size} : {start} + {SUM_BLOCK};")
+    w.line(f"const int64_t {end} = {size} - {start} < {block} ? {size} : {start} + {block};")
     parts = {}
     for acc in accs:
         parts[acc] = w.namer.fresh(f"{acc}_block")
@@ -251,14 +301,16 @@ NO_POSITION = "int64_t{4611686018427387904}"
 """An arg reduction's position before its sweep finds one (2^62: more than any axis has)."""
 
 
-def _position_sweep(w: Writer, inner_eqns, reductions, arg: dict, outer, shape, n_red: int, simd: bool) -> None:
+def _position_sweep(w: Writer, inner_eqns, reductions, arg: dict, outer, shape, n_red: int, simd: bool,
+                    span: tuple[str, str] | None = None) -> None:
     """The positions of the arg reductions (arg: {k: (its position's local, its extremum's local)}), once the loop
     over the reduced axes has their extrema: a second loop over them, recomputing what their operands need from
     the row (in cache: no [rows, k] buffer is written and read back, as a second fusion comparing with the reduced
     value did), takes the least position where the operand equals its extremum (or is NaN when it is NaN). Both
     loops are min reductions that vectorize; one loop keeping the position beside a running extremum is a chain of
     a compare and two selects per element, which does not (2 to 3 times slower at kmeans' rows of 100-1000).
-    `simd`: an `omp simd` min reduction (long rows; at 10 elements its set-up costs more than it saves)."""
+    `simd`: an `omp simd` min reduction (long rows; at 10 elements its set-up costs more than it saves); `span`: the
+    [lo, hi) of the one reduced axis to sweep (the block of a blocked arg reduction's extremum), else all of it."""
     wanted = {reductions[k].ins[0] for k in arg}
     needed = []
     for e in reversed(inner_eqns):
@@ -269,7 +321,8 @@ def _position_sweep(w: Writer, inner_eqns, reductions, arg: dict, outer, shape, 
     dims = shape[len(shape) - n_red:]
     for at, _ in arg.values():
         w.line(f"{at} = {NO_POSITION};")
-    inner = w.open_loops(dims, f"reduction(min:{', '.join(at for at, _ in arg.values())})" if simd else None)
+    clause = f"reduction(min:{', '.join(at for at, _ in arg.values())})" if simd else None
+    inner = w.open_loops(dims, clause) if span is None else _open_span(w, span, clause)
     w.region, w.escaping = (outer + inner, shape), {}
     w.local.clear()
     for e in needed:
@@ -287,6 +340,16 @@ def _position_sweep(w: Writer, inner_eqns, reductions, arg: dict, outer, shape, 
     w.close_loops(inner)
     for at, _ in arg.values():  # (an empty axis has no position: 0, as the interpreter's)
         w.line(f"{at} = {at} == {NO_POSITION} ? 0 : {at};")
+
+
+def _open_span(w: Writer, span: tuple[str, str], clause: str | None) -> list[str]:
+    """Open a loop over [lo, hi) (its `omp simd` clause, if any); its index, for close_loops."""
+    i = w.namer.index(w.depth + 1)
+    if clause is not None:
+        w.line(simd_pragma(clause))
+    w.line(f"for (int64_t {i} = {span[0]}; {i} < {span[1]}; ++{i}) {{")
+    w.depth += 1
+    return [i]
 
 
 def _twins(reductions: list[Eqn]) -> dict[int, int]:
