@@ -1841,6 +1841,37 @@ inline void window_dots(const T* x, const int32_t* off, const T* w, tiles::dot_i
     }
 }
 
+// out[i·n] = Σ_k win[k] · w[i·depth + k] for the m kernel rows i: 4 rows at a time, then one at a time (a gathered
+// window: ks::conv_dots at optimize = "size").
+template <class T>
+inline void gathered_dots(const T* win, const T* w, tiles::dot_index depth, tiles::dot_index m, T* out,
+                          tiles::dot_index n) {
+    using index = tiles::dot_index;
+    index i = 0;
+    for (; i + 4 <= m; i += 4, w += 4 * depth, out += 4 * n) {
+        const T *w1 = w + depth, *w2 = w1 + depth, *w3 = w2 + depth;
+        T d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+        for (index k = 0; k < depth; ++k) {
+            const T a = win[k];
+            d0 += a * w[k];
+            d1 += a * w1[k];
+            d2 += a * w2[k];
+            d3 += a * w3[k];
+        }
+        out[0] = d0;
+        out[n] = d1;
+        out[2 * n] = d2;
+        out[3 * n] = d3;
+    }
+    for (; i < m; ++i, w += depth, out += n) {
+        T d = 0;
+        KS_ROLLED for (index k = 0; k < depth; ++k) {
+            d += win[k] * w[k];
+        }
+        *out = d;
+    }
+}
+
 // Whether a window starting at `first` along an axis of `size` values, `span` wide, is inside it.
 inline bool inside(tiles::dot_index first, tiles::dot_index span, tiles::dot_index size) {
     return first >= 0 && first <= size - span;
@@ -1882,6 +1913,36 @@ KS_DOTS void dots_group(const conv_shape& s, const T* xg, const T* wg, T* yg, T*
 
 }  // namespace convs
 
+#if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M' && defined(__OPTIMIZE_SIZE__)
+// y [images, M, positions] = epi(conv(x [images, C, in...], w [M, C/G, taps...])) at optimize = "size" on a
+// microcontroller: every window gathered into scratch (zeros where it reads padding), then dotted with 4 kernel rows
+// at a time, one function and gather_window (no table of offsets, no separate path for windows inside the image).
+template <class T>
+void conv_dots(const conv_shape& s, int64_t images, const T* x, const T* w, T* y, T* scratch,
+               const epilogue<T>& epi = {}) {
+    using index = tiles::dot_index;
+    const index groups = index(s.groups), mg = index(s.out_channels) / groups, depth = index(s.depth());
+    const index n = index(s.positions()), x_step = index(s.channels) / groups * index(s.in_plane());
+    for (index gi = 0; gi < index(images) * groups; ++gi, x += x_step, y += mg * n) {
+        const T* wg = w + gi % groups * mg * depth;
+        index q = 0;
+        for (index oz = 0; oz < index(s.out[0]); ++oz) {
+            for (index oy = 0; oy < index(s.out[1]); ++oy) {
+                for (index ox = 0; ox < index(s.out[2]); ++ox, ++q) {
+                    convs::gather_window<T>(s, x, oz * index(s.stride[0]) - index(s.pad[0]),
+                                            oy * index(s.stride[1]) - index(s.pad[1]),
+                                            ox * index(s.stride[2]) - index(s.pad[2]), scratch);
+                    convs::gathered_dots<T>(scratch, wg, depth, mg, y + q, n);
+                }
+            }
+        }
+        const epilogue<T> eg = epi.group(gi / groups, gi % groups * mg);
+        for (index i = 0; eg && i < mg; ++i) {
+            tiles::dot_epilogue<T>(eg, i, y + i * n, 1, n);
+        }
+    }
+}
+#else
 // y [images, M, positions] = epi(conv(x [images, C, in...], w [M, C/G, taps...])) by dot products (one lane:
 // convs::dots_group); scratch holds convs::dots_scratch(s) elements.
 template <class T>
@@ -1898,6 +1959,7 @@ void conv_dots(const conv_shape& s, int64_t images, const T* x, const T* w, T* y
         }
     }
 }
+#endif
 
 // A literal conv_shape in 8 or 16 bits a size (U: uint8_t or uint16_t; 21 or 42 bytes of read-only data, not 84):
 // what the generated code passes ks::conv_dots at optimize = "size" on a microcontroller (ks::dots_shape<U>: the
