@@ -1914,6 +1914,31 @@ KS_DOTS void dots_group(const conv_shape& s, const T* xg, const T* wg, T* yg, T*
 }  // namespace convs
 
 #if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M' && defined(__OPTIMIZE_SIZE__)
+namespace convs {
+// A convolution's epilogue over the m output channels from channel `first` of one image's group, y [m, n]: one call of
+// its run over them all, or its affine (bias by channel and bounds; a convolution's is never by column) in a loop
+// here, instead of tiles::dot_epilogue per channel (ks::conv_dots at optimize = "size": 0.2 KB less flash).
+template <class T>
+inline void rows_epilogue(const epilogue<T>& epi, tiles::dot_index image, tiles::dot_index first, T* y,
+                          tiles::dot_index m, tiles::dot_index n) {
+    using index = tiles::dot_index;
+    if (epi.run != nullptr) {
+        epi.run(epi.self, epi.image + image, first, 0, y, n, 1, m, n);
+        return;
+    }
+    if (epi.self == nullptr) {
+        return;
+    }
+    const affine<T>& f = epi.simple();
+    for (index i = 0; i < m; ++i) {
+        const T b = f.bias != nullptr ? f.bias[first + i] : T(0);
+        KS_ROLLED for (index q = 0; q < n; ++q, ++y) {
+            *y = f.apply(*y, b);
+        }
+    }
+}
+}  // namespace convs
+
 // y [images, M, positions] = epi(conv(x [images, C, in...], w [M, C/G, taps...])) at optimize = "size" on a
 // microcontroller: every window gathered into scratch (zeros where it reads padding), then dotted with 4 kernel rows
 // at a time, one function and gather_window (no table of offsets, no separate path for windows inside the image).
@@ -1921,8 +1946,9 @@ template <class T>
 void conv_dots(const conv_shape& s, int64_t images, const T* x, const T* w, T* y, T* scratch,
                const epilogue<T>& epi = {}) {
     using index = tiles::dot_index;
-    const index groups = index(s.groups), mg = index(s.out_channels) / groups, depth = index(s.depth());
-    const index n = index(s.positions()), x_step = index(s.channels) / groups * index(s.in_plane());
+    const index groups = index(s.groups), mg = index(s.out_channels) / groups, cg = index(s.channels) / groups;
+    const index depth = cg * index(s.kernel[0] * s.kernel[1] * s.kernel[2]), n = index(s.out[0] * s.out[1] * s.out[2]);
+    const index x_step = cg * index(s.in[0] * s.in[1] * s.in[2]);  // (the sizes' products here: not calls at -Os)
     for (index gi = 0; gi < index(images) * groups; ++gi, x += x_step, y += mg * n) {
         const T* wg = w + gi % groups * mg * depth;
         index q = 0;
@@ -1936,10 +1962,7 @@ void conv_dots(const conv_shape& s, int64_t images, const T* x, const T* w, T* y
                 }
             }
         }
-        const epilogue<T> eg = epi.group(gi / groups, gi % groups * mg);
-        for (index i = 0; eg && i < mg; ++i) {
-            tiles::dot_epilogue<T>(eg, i, y + i * n, 1, n);
-        }
+        convs::rows_epilogue<T>(epi, gi / groups, index(epi.first) + gi % groups * mg, y, mg, n);
     }
 }
 #else
