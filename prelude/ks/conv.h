@@ -1913,7 +1913,7 @@ KS_DOTS void dots_group(const conv_shape& s, const T* xg, const T* wg, T* yg, T*
 
 }  // namespace convs
 
-#if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M' && defined(__OPTIMIZE_SIZE__)
+#if KS_SIZE_DOTS
 namespace convs {
 // A convolution's epilogue over the m output channels from channel `first` of one image's group, y [m, n]: one call of
 // its run over them all, or its affine (bias by channel and bounds; a convolution's is never by column) in a loop
