@@ -240,8 +240,8 @@ constexpr int min_rows = 1;  // (no multiply-add takes a memory operand)
 // There a block of tiles is also called, not inlined (KS_BLOCK): one copy of the tile for all the products and
 // convolutions that use it (inlined into packed_gemm, in_place and packed_group: 2.3-5.6 KB each at -O3).
 // Its products are dot products, not tiles (dot_products: see tiles::panel_dots).
-// KS_SIZE_DOTS (1 at optimize = "size" on such a core, -Os): the dot products and ks::conv_dots in their smallest
-// forms (4 columns or kernel rows at a time, an epilogue over a whole block, every convolution window gathered).
+// KS_SIZE_DOTS (1 at optimize = "size" on such a core, -Os): the dot products and ks::conv_dots in their smaller
+// forms (4 columns or kernel rows at a time, an epilogue over a whole block, convolution windows gathered).
 #if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M' && defined(__OPTIMIZE_SIZE__)
 #define KS_SIZE_DOTS 1
 #else
@@ -1158,8 +1158,8 @@ KS_DOTS void dot_epilogue(const epilogue<T>& epi, dot_index i, T* out, dot_index
 }
 
 // The epilogue over m rows of n results at out (rows rs apart, columns cs apart) at once (KS_SIZE_DOTS: the dot
-// products' and ks::conv_dots's, in place of dot_epilogue per row): one call of its run over them all, or its affine,
-// the bias by row or, transposed (ks::column_affine_epilogue), by column, in one loop nest.
+// products', in place of dot_epilogue per row; ks::conv_dots has its own, convs::rows_epilogue): one call of its run
+// over them all, or its affine, the bias by row or, transposed (ks::column_affine_epilogue), by column.
 template <class T>
 KS_DOTS void block_epilogue(const epilogue<T>& epi, T* out, dot_index rs, dot_index cs, dot_index m, dot_index n) {
     if (epi.run != nullptr) {
