@@ -87,6 +87,8 @@ def test_the_cnn_runs_on_a_cortex_m4_as_onnxruntime_computes_it(tmp_path, varian
     assert int(size[0]) < info["footprint"]["text"] + info["footprint"]["weights"] + 64 * 1024, size
     if variant == "float":
         assert _linked_conv_code(tmp_path / "b/cnn_app.elf") == CNN_CONV_CODE
+        layer = _kernel_layer_code(tmp_path / "b/cnn_app.elf")
+        assert sum(layer.values()) < CNN_LAYER_BYTES, layer
 
 
 # The convolution code the float CNN links: on a core without a vector unit every float convolution is dot products
@@ -95,6 +97,21 @@ def test_the_cnn_runs_on_a_cortex_m4_as_onnxruntime_computes_it(tmp_path, varian
 # size, the generated code passes its literal geometries in 8 bits a size (ks::dots_shape<uint8_t>: 21 B each, not
 # 84), which the overload conv_dots<float, unsigned char> widens.
 CNN_CONV_CODE = {"conv_dots<float>", "conv_dots<float, unsigned char>"}
+
+
+# The kernel layer's code the float CNN links, built for size: ks::conv_dots gathers each window and dots it with 4
+# kernel rows at a time, one function with the window's gather and the dots (and the narrow geometry's widening).
+# (1.6 KB when it read windows inside the image through a table of offsets, with a path of its own for those and
+# tiles::dot_epilogue per output channel: 2026-11-30, 1.1 KB.)
+CNN_LAYER_BYTES = 1200
+
+
+def _kernel_layer_code(elf) -> dict:
+    """{function of the kernel layer (namespace ks::ks_kernels_*): bytes} that an app links."""
+    rows = subprocess.run(["arm-none-eabi-nm", "-S", "-C", "--defined-only", str(elf)], capture_output=True,
+                          text=True, check=True).stdout.splitlines()
+    return {r.split(maxsplit=3)[3]: int(r.split()[1], 16) for r in rows
+            if len(r.split(maxsplit=3)) == 4 and r.split()[2] in "tTwW" and "ks::ks_kernels_" in r}
 
 
 def _linked_conv_code(elf) -> set:

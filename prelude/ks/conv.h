@@ -1841,6 +1841,38 @@ inline void window_dots(const T* x, const int32_t* off, const T* w, tiles::dot_i
     }
 }
 
+// out[i·n] = Σ_k win[k·xs] · w[i·depth + k] for the m kernel rows i: 4 rows at a time, then one at a time (a gathered
+// window, xs 1, or a one-tap convolution's values where they are, xs the image's plane: ks::conv_dots at optimize =
+// "size").
+template <class T>
+inline void gathered_dots(const T* win, tiles::dot_index xs, const T* w, tiles::dot_index depth, tiles::dot_index m,
+                          T* out, tiles::dot_index n) {
+    using index = tiles::dot_index;
+    index i = 0;
+    for (; i + 4 <= m; i += 4, w += 4 * depth, out += 4 * n) {
+        const T *w1 = w + depth, *w2 = w1 + depth, *w3 = w2 + depth;
+        T d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+        for (index k = 0; k < depth; ++k) {
+            const T a = win[k * xs];
+            d0 += a * w[k];
+            d1 += a * w1[k];
+            d2 += a * w2[k];
+            d3 += a * w3[k];
+        }
+        out[0] = d0;
+        out[n] = d1;
+        out[2 * n] = d2;
+        out[3 * n] = d3;
+    }
+    for (; i < m; ++i, w += depth, out += n) {
+        T d = 0;
+        KS_ROLLED for (index k = 0; k < depth; ++k) {
+            d += win[k * xs] * w[k];
+        }
+        *out = d;
+    }
+}
+
 // Whether a window starting at `first` along an axis of `size` values, `span` wide, is inside it.
 inline bool inside(tiles::dot_index first, tiles::dot_index span, tiles::dot_index size) {
     return first >= 0 && first <= size - span;
@@ -1882,6 +1914,67 @@ KS_DOTS void dots_group(const conv_shape& s, const T* xg, const T* wg, T* yg, T*
 
 }  // namespace convs
 
+#if KS_SIZE_DOTS
+namespace convs {
+// A convolution's epilogue over the m output channels from channel `first` of one image's group, y [m, n]: one call of
+// its run over them all, or its affine (bias by channel and bounds; a convolution's is never by column) in a loop
+// here, instead of tiles::dot_epilogue per channel (ks::conv_dots at optimize = "size": 0.2 KB less flash).
+template <class T>
+inline void rows_epilogue(const epilogue<T>& epi, tiles::dot_index image, tiles::dot_index first, T* y,
+                          tiles::dot_index m, tiles::dot_index n) {
+    using index = tiles::dot_index;
+    if (epi.run != nullptr) {
+        epi.run(epi.self, epi.image + image, first, 0, y, n, 1, m, n);
+        return;
+    }
+    if (epi.self == nullptr) {
+        return;
+    }
+    const affine<T>& f = epi.simple();
+    for (index i = 0; i < m; ++i) {
+        const T b = f.bias != nullptr ? f.bias[first + i] : T(0);
+        KS_ROLLED for (index q = 0; q < n; ++q, ++y) {
+            *y = f.apply(*y, b);
+        }
+    }
+}
+}  // namespace convs
+
+// y [images, M, positions] = epi(conv(x [images, C, in...], w [M, C/G, taps...])) at optimize = "size" on a
+// microcontroller: every window gathered into scratch (zeros where it reads padding), then dotted with 4 kernel rows
+// at a time, one function and gather_window (no table of offsets, no separate path for windows inside the image); a
+// one-tap window inside the image (a pointwise convolution's, a product's) is read where it is, not gathered.
+template <class T>
+void conv_dots(const conv_shape& s, int64_t images, const T* x, const T* w, T* y, T* scratch,
+               const epilogue<T>& epi = {}) {
+    using index = tiles::dot_index;
+    const index groups = index(s.groups), mg = index(s.out_channels) / groups, cg = index(s.channels) / groups;
+    const index taps = index(s.kernel[0] * s.kernel[1] * s.kernel[2]), n = index(s.out[0] * s.out[1] * s.out[2]);
+    const index in1 = index(s.in[1]), in2 = index(s.in[2]), plane = index(s.in[0]) * in1 * in2;
+    const index depth = cg * taps;  // (the sizes' products here: conv_shape's accessors are calls at -Os)
+    for (index gi = 0; gi < index(images) * groups; ++gi, x += cg * plane, y += mg * n) {
+        const T* wg = w + gi % groups * mg * depth;
+        index q = 0;
+        for (index oz = 0; oz < index(s.out[0]); ++oz) {
+            const index z0 = oz * index(s.stride[0]) - index(s.pad[0]);
+            for (index oy = 0; oy < index(s.out[1]); ++oy) {
+                const index y0 = oy * index(s.stride[1]) - index(s.pad[1]);
+                for (index ox = 0; ox < index(s.out[2]); ++ox, ++q) {
+                    const index x0 = ox * index(s.stride[2]) - index(s.pad[2]);
+                    const bool there = taps == 1 && uint32_t(z0) < uint32_t(s.in[0]) && uint32_t(y0) < uint32_t(in1) &&
+                                       uint32_t(x0) < uint32_t(in2);
+                    if (!there) {
+                        convs::gather_window<T>(s, x, z0, y0, x0, scratch);
+                    }
+                    convs::gathered_dots<T>(there ? x + (z0 * in1 + y0) * in2 + x0 : scratch, there ? plane : 1, wg,
+                                            depth, mg, y + q, n);
+                }
+            }
+        }
+        convs::rows_epilogue<T>(epi, gi / groups, index(epi.first) + gi % groups * mg, y, mg, n);
+    }
+}
+#else
 // y [images, M, positions] = epi(conv(x [images, C, in...], w [M, C/G, taps...])) by dot products (one lane:
 // convs::dots_group); scratch holds convs::dots_scratch(s) elements.
 template <class T>
@@ -1898,6 +1991,7 @@ void conv_dots(const conv_shape& s, int64_t images, const T* x, const T* w, T* y
         }
     }
 }
+#endif
 
 // A literal conv_shape in 8 or 16 bits a size (U: uint8_t or uint16_t; 21 or 42 bytes of read-only data, not 84):
 // what the generated code passes ks::conv_dots at optimize = "size" on a microcontroller (ks::dots_shape<U>: the

@@ -240,6 +240,13 @@ constexpr int min_rows = 1;  // (no multiply-add takes a memory operand)
 // There a block of tiles is also called, not inlined (KS_BLOCK): one copy of the tile for all the products and
 // convolutions that use it (inlined into packed_gemm, in_place and packed_group: 2.3-5.6 KB each at -O3).
 // Its products are dot products, not tiles (dot_products: see tiles::panel_dots).
+// KS_SIZE_DOTS (1 at optimize = "size" on such a core, -Os): the dot products and ks::conv_dots in their smaller
+// forms (4 columns or kernel rows at a time, an epilogue over a whole block, convolution windows gathered).
+#if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M' && defined(__OPTIMIZE_SIZE__)
+#define KS_SIZE_DOTS 1
+#else
+#define KS_SIZE_DOTS 0
+#endif
 #if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M'
 constexpr bool prefetch_ahead = false;
 constexpr bool dot_products = true;
@@ -1150,6 +1157,27 @@ KS_DOTS void dot_epilogue(const epilogue<T>& epi, dot_index i, T* out, dot_index
 #endif
 }
 
+// The epilogue over m rows of n results at out (rows rs apart, columns cs apart) at once (KS_SIZE_DOTS: the dot
+// products', in place of dot_epilogue per row; ks::conv_dots has its own, convs::rows_epilogue): one call of its run
+// over them all, or its affine, the bias by row or, transposed (ks::column_affine_epilogue), by column.
+template <class T>
+KS_DOTS void block_epilogue(const epilogue<T>& epi, T* out, dot_index rs, dot_index cs, dot_index m, dot_index n) {
+    if (epi.run != nullptr) {
+        epi.run(epi.self, epi.image, epi.first, 0, out, rs, cs, m, n);
+        return;
+    }
+    if (epi.self == nullptr) {
+        return;
+    }
+    const affine<T>& f = epi.simple();
+    for (dot_index r = 0; r < m; ++r) {
+        KS_ROLLED for (dot_index q = 0; q < n; ++q) {
+            T& o = out[r * rs + q * cs];
+            o = f.apply(o, f.bias != nullptr ? f.bias[dot_index(epi.first) + (epi.swapped ? q : r)] : T(0));
+        }
+    }
+}
+
 // The first `live` of the sums d at out (cs apart), added to what is there when accumulate: one rolled loop for every
 // panel width (unrolled, each width's stores were 0.2-0.5 KB of a Cortex-M4's flash at -O3).
 template <class T>
@@ -1222,12 +1250,23 @@ KS_DOTS void panel_dots(int64_t m, int64_t n, int64_t k, const matrix<const T>& 
         const T* x = a.data + i * dot_index(a.rs);
         const T* y = b;
         for (dot_index j = 0; j < wide; j += P, y += depth * P) {
+#if KS_SIZE_DOTS  // (the panel 4 columns at a time by dot4, without panel_dot's 0.3 KB of a Cortex-M4's flash)
+            for (int q = 0; q < P; q += 4) {
+                dot4<T>(x, as, y + q, P, 1, depth, out + (j + q) * cs, cs, 4, accumulate);
+            }
+#else
             panel_dot<T, P>(x, as, y, depth, out + j * cs, cs, P, accumulate);
+#endif
         }
         for (dot_index j = wide; j < cols; j += 4, y += depth * 4) {
             dot4<T>(x, as, y, 4, 1, depth, out + j * cs, cs, cols - j, accumulate);
         }
-        dot_epilogue<T>(epi, i, out, c.cs, n);
+        if constexpr (!KS_SIZE_DOTS) {
+            dot_epilogue<T>(epi, i, out, c.cs, n);
+        }
+    }
+    if constexpr (KS_SIZE_DOTS) {
+        block_epilogue<T>(epi, c.data, dot_index(c.rs), cs, dot_index(m), cols);
     }
 }
 
@@ -1243,7 +1282,12 @@ KS_DOTS void dot_rows(int64_t m, int64_t n, int64_t k, const matrix<const T>& a,
         for (dot_index j = 0; j < cols; j += 4) {
             dot4<T>(x, as, b.data + j * bc, bs, bc, dot_index(k), out + j * cs, cs, cols - j, accumulate);
         }
-        dot_epilogue<T>(epi, i, out, c.cs, n);
+        if constexpr (!KS_SIZE_DOTS) {
+            dot_epilogue<T>(epi, i, out, c.cs, n);
+        }
+    }
+    if constexpr (KS_SIZE_DOTS) {
+        block_epilogue<T>(epi, c.data, dot_index(c.rs), cs, dot_index(m), cols);
     }
 }
 
