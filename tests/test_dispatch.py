@@ -109,6 +109,19 @@ def _check_against_torch(pkg) -> None:
     assert pkg.relu3(0.5) == pytest.approx(0.5 ** 3 / 3, rel=1e-6)
 
 
+def test_a_workspace_size_asks_only_the_builds_this_cpu_runs(manifest, tmp_path):
+    """P_E_workspace_size calls a level's build only when the CPU has that level: a higher build's size function
+    holds its level's instructions (GCC wrote AVX-512's vpmaxsq into the v4 build's, which every call of the
+    Python API ran: an illegal instruction on an AVX2 CPU, the AMD EPYC of the eighteenth session)."""
+    render(manifest, tmp_path / "project", progress=lambda s: None)
+    lines = (tmp_path / "project/src/levels_dispatch.cpp").read_text().splitlines()
+    calls = [i for i, line in enumerate(lines) if "_workspace_size(" in line and "::" in line]
+    assert calls and len(calls) % len(X86_64_LEVELS) == 0  # (each export with a workspace asks every level)
+    for i in calls:
+        level = X86_64_LEVELS.index(lines[i].split("levels_", 1)[1].split("::")[0].replace("_", "-"))
+        assert lines[i - 1].strip() == f"if (level >= {level}) {{", lines[i - 1: i + 1]
+
+
 def test_every_level_computes_what_torch_does(manifest, tmp_path):
     """The portable library built once; its dispatch source rebuilt with levels_CPU_LEVEL_MAX = 0, 1, 2 (the levels
     this CPU has), so that each level's build runs here in turn; each agrees with torch and with the others. The

@@ -68,13 +68,21 @@ extern "C" int drum_vj0(int64_t n, const double* x, double* out, void* workspace
     }
 }
 
-// The most any build needs, so that a workspace of this size serves on every CPU.
+// The most any build this CPU runs needs (every build compiles the same source, so they agree; a build of a
+// higher level is not asked: its code may hold that level's instructions, which this CPU does not have).
 extern "C" size_t drum_vj0_workspace_size(int64_t n) {
-    const size_t sizes[] = {drum_x86_64::drum_vj0_workspace_size(n),
-                            drum_x86_64_v3::drum_vj0_workspace_size(n),
-                            drum_x86_64_v4::drum_vj0_workspace_size(n)};
+    const int level = ks::cpu_level();
     size_t most = 0;
-    for (const size_t size : sizes) {
+    if (level >= 0) {
+        const size_t size = drum_x86_64::drum_vj0_workspace_size(n);
+        most = size > most ? size : most;
+    }
+    if (level >= 1) {
+        const size_t size = drum_x86_64_v3::drum_vj0_workspace_size(n);
+        most = size > most ? size : most;
+    }
+    if (level >= 2) {
+        const size_t size = drum_x86_64_v4::drum_vj0_workspace_size(n);
         most = size > most ? size : most;
     }
     return most;
@@ -93,13 +101,21 @@ extern "C" int drum_dj0(int64_t n, const double* x, double* out, void* workspace
     }
 }
 
-// The most any build needs, so that a workspace of this size serves on every CPU.
+// The most any build this CPU runs needs (every build compiles the same source, so they agree; a build of a
+// higher level is not asked: its code may hold that level's instructions, which this CPU does not have).
 extern "C" size_t drum_dj0_workspace_size(int64_t n) {
-    const size_t sizes[] = {drum_x86_64::drum_dj0_workspace_size(n),
-                            drum_x86_64_v3::drum_dj0_workspace_size(n),
-                            drum_x86_64_v4::drum_dj0_workspace_size(n)};
+    const int level = ks::cpu_level();
     size_t most = 0;
-    for (const size_t size : sizes) {
+    if (level >= 0) {
+        const size_t size = drum_x86_64::drum_dj0_workspace_size(n);
+        most = size > most ? size : most;
+    }
+    if (level >= 1) {
+        const size_t size = drum_x86_64_v3::drum_dj0_workspace_size(n);
+        most = size > most ? size : most;
+    }
+    if (level >= 2) {
+        const size_t size = drum_x86_64_v4::drum_dj0_workspace_size(n);
         most = size > most ? size : most;
     }
     return most;
@@ -118,13 +134,21 @@ extern "C" int drum_ring(int64_t n, const double* r, double k, double* out, void
     }
 }
 
-// The most any build needs, so that a workspace of this size serves on every CPU.
+// The most any build this CPU runs needs (every build compiles the same source, so they agree; a build of a
+// higher level is not asked: its code may hold that level's instructions, which this CPU does not have).
 extern "C" size_t drum_ring_workspace_size(int64_t n) {
-    const size_t sizes[] = {drum_x86_64::drum_ring_workspace_size(n),
-                            drum_x86_64_v3::drum_ring_workspace_size(n),
-                            drum_x86_64_v4::drum_ring_workspace_size(n)};
+    const int level = ks::cpu_level();
     size_t most = 0;
-    for (const size_t size : sizes) {
+    if (level >= 0) {
+        const size_t size = drum_x86_64::drum_ring_workspace_size(n);
+        most = size > most ? size : most;
+    }
+    if (level >= 1) {
+        const size_t size = drum_x86_64_v3::drum_ring_workspace_size(n);
+        most = size > most ? size : most;
+    }
+    if (level >= 2) {
+        const size_t size = drum_x86_64_v4::drum_ring_workspace_size(n);
         most = size > most ? size : most;
     }
     return most;
@@ -143,13 +167,21 @@ extern "C" int drum_ring_grad(int64_t n, const double* r, double k, double* out_
     }
 }
 
-// The most any build needs, so that a workspace of this size serves on every CPU.
+// The most any build this CPU runs needs (every build compiles the same source, so they agree; a build of a
+// higher level is not asked: its code may hold that level's instructions, which this CPU does not have).
 extern "C" size_t drum_ring_grad_workspace_size(int64_t n) {
-    const size_t sizes[] = {drum_x86_64::drum_ring_grad_workspace_size(n),
-                            drum_x86_64_v3::drum_ring_grad_workspace_size(n),
-                            drum_x86_64_v4::drum_ring_grad_workspace_size(n)};
+    const int level = ks::cpu_level();
     size_t most = 0;
-    for (const size_t size : sizes) {
+    if (level >= 0) {
+        const size_t size = drum_x86_64::drum_ring_grad_workspace_size(n);
+        most = size > most ? size : most;
+    }
+    if (level >= 1) {
+        const size_t size = drum_x86_64_v3::drum_ring_grad_workspace_size(n);
+        most = size > most ? size : most;
+    }
+    if (level >= 2) {
+        const size_t size = drum_x86_64_v4::drum_ring_grad_workspace_size(n);
         most = size > most ? size : most;
     }
     return most;

@@ -88,13 +88,21 @@ extern "C" int gmm_gmm(int64_t K, int64_t d, int64_t T, int64_t n, const double*
     }
 }
 
-// The most any build needs, so that a workspace of this size serves on every CPU.
+// The most any build this CPU runs needs (every build compiles the same source, so they agree; a build of a
+// higher level is not asked: its code may hold that level's instructions, which this CPU does not have).
 extern "C" size_t gmm_gmm_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    const size_t sizes[] = {gmm_x86_64::gmm_gmm_workspace_size(K, d, T, n),
-                            gmm_x86_64_v3::gmm_gmm_workspace_size(K, d, T, n),
-                            gmm_x86_64_v4::gmm_gmm_workspace_size(K, d, T, n)};
+    const int level = ks::cpu_level();
     size_t most = 0;
-    for (const size_t size : sizes) {
+    if (level >= 0) {
+        const size_t size = gmm_x86_64::gmm_gmm_workspace_size(K, d, T, n);
+        most = size > most ? size : most;
+    }
+    if (level >= 1) {
+        const size_t size = gmm_x86_64_v3::gmm_gmm_workspace_size(K, d, T, n);
+        most = size > most ? size : most;
+    }
+    if (level >= 2) {
+        const size_t size = gmm_x86_64_v4::gmm_gmm_workspace_size(K, d, T, n);
         most = size > most ? size : most;
     }
     return most;
@@ -113,13 +121,21 @@ extern "C" int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const do
     }
 }
 
-// The most any build needs, so that a workspace of this size serves on every CPU.
+// The most any build this CPU runs needs (every build compiles the same source, so they agree; a build of a
+// higher level is not asked: its code may hold that level's instructions, which this CPU does not have).
 extern "C" size_t gmm_gmm_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    const size_t sizes[] = {gmm_x86_64::gmm_gmm_grad_workspace_size(K, d, T, n),
-                            gmm_x86_64_v3::gmm_gmm_grad_workspace_size(K, d, T, n),
-                            gmm_x86_64_v4::gmm_gmm_grad_workspace_size(K, d, T, n)};
+    const int level = ks::cpu_level();
     size_t most = 0;
-    for (const size_t size : sizes) {
+    if (level >= 0) {
+        const size_t size = gmm_x86_64::gmm_gmm_grad_workspace_size(K, d, T, n);
+        most = size > most ? size : most;
+    }
+    if (level >= 1) {
+        const size_t size = gmm_x86_64_v3::gmm_gmm_grad_workspace_size(K, d, T, n);
+        most = size > most ? size : most;
+    }
+    if (level >= 2) {
+        const size_t size = gmm_x86_64_v4::gmm_gmm_grad_workspace_size(K, d, T, n);
         most = size > most ? size : most;
     }
     return most;
@@ -138,13 +154,21 @@ extern "C" int gmm_gmm_f32(int64_t K, int64_t d, int64_t T, int64_t n, const flo
     }
 }
 
-// The most any build needs, so that a workspace of this size serves on every CPU.
+// The most any build this CPU runs needs (every build compiles the same source, so they agree; a build of a
+// higher level is not asked: its code may hold that level's instructions, which this CPU does not have).
 extern "C" size_t gmm_gmm_f32_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    const size_t sizes[] = {gmm_x86_64::gmm_gmm_f32_workspace_size(K, d, T, n),
-                            gmm_x86_64_v3::gmm_gmm_f32_workspace_size(K, d, T, n),
-                            gmm_x86_64_v4::gmm_gmm_f32_workspace_size(K, d, T, n)};
+    const int level = ks::cpu_level();
     size_t most = 0;
-    for (const size_t size : sizes) {
+    if (level >= 0) {
+        const size_t size = gmm_x86_64::gmm_gmm_f32_workspace_size(K, d, T, n);
+        most = size > most ? size : most;
+    }
+    if (level >= 1) {
+        const size_t size = gmm_x86_64_v3::gmm_gmm_f32_workspace_size(K, d, T, n);
+        most = size > most ? size : most;
+    }
+    if (level >= 2) {
+        const size_t size = gmm_x86_64_v4::gmm_gmm_f32_workspace_size(K, d, T, n);
         most = size > most ? size : most;
     }
     return most;
@@ -163,13 +187,21 @@ extern "C" int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
     }
 }
 
-// The most any build needs, so that a workspace of this size serves on every CPU.
+// The most any build this CPU runs needs (every build compiles the same source, so they agree; a build of a
+// higher level is not asked: its code may hold that level's instructions, which this CPU does not have).
 extern "C" size_t gmm_gmm_f32_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    const size_t sizes[] = {gmm_x86_64::gmm_gmm_f32_grad_workspace_size(K, d, T, n),
-                            gmm_x86_64_v3::gmm_gmm_f32_grad_workspace_size(K, d, T, n),
-                            gmm_x86_64_v4::gmm_gmm_f32_grad_workspace_size(K, d, T, n)};
+    const int level = ks::cpu_level();
     size_t most = 0;
-    for (const size_t size : sizes) {
+    if (level >= 0) {
+        const size_t size = gmm_x86_64::gmm_gmm_f32_grad_workspace_size(K, d, T, n);
+        most = size > most ? size : most;
+    }
+    if (level >= 1) {
+        const size_t size = gmm_x86_64_v3::gmm_gmm_f32_grad_workspace_size(K, d, T, n);
+        most = size > most ? size : most;
+    }
+    if (level >= 2) {
+        const size_t size = gmm_x86_64_v4::gmm_gmm_f32_grad_workspace_size(K, d, T, n);
         most = size > most ? size : most;
     }
     return most;
@@ -188,13 +220,21 @@ extern "C" int gmm_gmm_loop(int64_t K, int64_t d, int64_t T, int64_t n, const do
     }
 }
 
-// The most any build needs, so that a workspace of this size serves on every CPU.
+// The most any build this CPU runs needs (every build compiles the same source, so they agree; a build of a
+// higher level is not asked: its code may hold that level's instructions, which this CPU does not have).
 extern "C" size_t gmm_gmm_loop_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    const size_t sizes[] = {gmm_x86_64::gmm_gmm_loop_workspace_size(K, d, T, n),
-                            gmm_x86_64_v3::gmm_gmm_loop_workspace_size(K, d, T, n),
-                            gmm_x86_64_v4::gmm_gmm_loop_workspace_size(K, d, T, n)};
+    const int level = ks::cpu_level();
     size_t most = 0;
-    for (const size_t size : sizes) {
+    if (level >= 0) {
+        const size_t size = gmm_x86_64::gmm_gmm_loop_workspace_size(K, d, T, n);
+        most = size > most ? size : most;
+    }
+    if (level >= 1) {
+        const size_t size = gmm_x86_64_v3::gmm_gmm_loop_workspace_size(K, d, T, n);
+        most = size > most ? size : most;
+    }
+    if (level >= 2) {
+        const size_t size = gmm_x86_64_v4::gmm_gmm_loop_workspace_size(K, d, T, n);
         most = size > most ? size : most;
     }
     return most;
@@ -213,13 +253,21 @@ extern "C" int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, con
     }
 }
 
-// The most any build needs, so that a workspace of this size serves on every CPU.
+// The most any build this CPU runs needs (every build compiles the same source, so they agree; a build of a
+// higher level is not asked: its code may hold that level's instructions, which this CPU does not have).
 extern "C" size_t gmm_gmm_loop_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    const size_t sizes[] = {gmm_x86_64::gmm_gmm_loop_grad_workspace_size(K, d, T, n),
-                            gmm_x86_64_v3::gmm_gmm_loop_grad_workspace_size(K, d, T, n),
-                            gmm_x86_64_v4::gmm_gmm_loop_grad_workspace_size(K, d, T, n)};
+    const int level = ks::cpu_level();
     size_t most = 0;
-    for (const size_t size : sizes) {
+    if (level >= 0) {
+        const size_t size = gmm_x86_64::gmm_gmm_loop_grad_workspace_size(K, d, T, n);
+        most = size > most ? size : most;
+    }
+    if (level >= 1) {
+        const size_t size = gmm_x86_64_v3::gmm_gmm_loop_grad_workspace_size(K, d, T, n);
+        most = size > most ? size : most;
+    }
+    if (level >= 2) {
+        const size_t size = gmm_x86_64_v4::gmm_gmm_loop_grad_workspace_size(K, d, T, n);
         most = size > most ? size : most;
     }
     return most;
@@ -238,13 +286,21 @@ extern "C" int gmm_gmm_tri(int64_t K, int64_t d, int64_t T, int64_t n, const dou
     }
 }
 
-// The most any build needs, so that a workspace of this size serves on every CPU.
+// The most any build this CPU runs needs (every build compiles the same source, so they agree; a build of a
+// higher level is not asked: its code may hold that level's instructions, which this CPU does not have).
 extern "C" size_t gmm_gmm_tri_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    const size_t sizes[] = {gmm_x86_64::gmm_gmm_tri_workspace_size(K, d, T, n),
-                            gmm_x86_64_v3::gmm_gmm_tri_workspace_size(K, d, T, n),
-                            gmm_x86_64_v4::gmm_gmm_tri_workspace_size(K, d, T, n)};
+    const int level = ks::cpu_level();
     size_t most = 0;
-    for (const size_t size : sizes) {
+    if (level >= 0) {
+        const size_t size = gmm_x86_64::gmm_gmm_tri_workspace_size(K, d, T, n);
+        most = size > most ? size : most;
+    }
+    if (level >= 1) {
+        const size_t size = gmm_x86_64_v3::gmm_gmm_tri_workspace_size(K, d, T, n);
+        most = size > most ? size : most;
+    }
+    if (level >= 2) {
+        const size_t size = gmm_x86_64_v4::gmm_gmm_tri_workspace_size(K, d, T, n);
         most = size > most ? size : most;
     }
     return most;
@@ -263,13 +319,21 @@ extern "C" int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, cons
     }
 }
 
-// The most any build needs, so that a workspace of this size serves on every CPU.
+// The most any build this CPU runs needs (every build compiles the same source, so they agree; a build of a
+// higher level is not asked: its code may hold that level's instructions, which this CPU does not have).
 extern "C" size_t gmm_gmm_tri_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    const size_t sizes[] = {gmm_x86_64::gmm_gmm_tri_grad_workspace_size(K, d, T, n),
-                            gmm_x86_64_v3::gmm_gmm_tri_grad_workspace_size(K, d, T, n),
-                            gmm_x86_64_v4::gmm_gmm_tri_grad_workspace_size(K, d, T, n)};
+    const int level = ks::cpu_level();
     size_t most = 0;
-    for (const size_t size : sizes) {
+    if (level >= 0) {
+        const size_t size = gmm_x86_64::gmm_gmm_tri_grad_workspace_size(K, d, T, n);
+        most = size > most ? size : most;
+    }
+    if (level >= 1) {
+        const size_t size = gmm_x86_64_v3::gmm_gmm_tri_grad_workspace_size(K, d, T, n);
+        most = size > most ? size : most;
+    }
+    if (level >= 2) {
+        const size_t size = gmm_x86_64_v4::gmm_gmm_tri_grad_workspace_size(K, d, T, n);
         most = size > most ? size : most;
     }
     return most;
@@ -288,13 +352,21 @@ extern "C" int gmm_gmm_tri_vec(int64_t K, int64_t d, int64_t T, int64_t n, const
     }
 }
 
-// The most any build needs, so that a workspace of this size serves on every CPU.
+// The most any build this CPU runs needs (every build compiles the same source, so they agree; a build of a
+// higher level is not asked: its code may hold that level's instructions, which this CPU does not have).
 extern "C" size_t gmm_gmm_tri_vec_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    const size_t sizes[] = {gmm_x86_64::gmm_gmm_tri_vec_workspace_size(K, d, T, n),
-                            gmm_x86_64_v3::gmm_gmm_tri_vec_workspace_size(K, d, T, n),
-                            gmm_x86_64_v4::gmm_gmm_tri_vec_workspace_size(K, d, T, n)};
+    const int level = ks::cpu_level();
     size_t most = 0;
-    for (const size_t size : sizes) {
+    if (level >= 0) {
+        const size_t size = gmm_x86_64::gmm_gmm_tri_vec_workspace_size(K, d, T, n);
+        most = size > most ? size : most;
+    }
+    if (level >= 1) {
+        const size_t size = gmm_x86_64_v3::gmm_gmm_tri_vec_workspace_size(K, d, T, n);
+        most = size > most ? size : most;
+    }
+    if (level >= 2) {
+        const size_t size = gmm_x86_64_v4::gmm_gmm_tri_vec_workspace_size(K, d, T, n);
         most = size > most ? size : most;
     }
     return most;
@@ -313,13 +385,21 @@ extern "C" int gmm_gmm_tri_vec_grad(int64_t K, int64_t d, int64_t T, int64_t n, 
     }
 }
 
-// The most any build needs, so that a workspace of this size serves on every CPU.
+// The most any build this CPU runs needs (every build compiles the same source, so they agree; a build of a
+// higher level is not asked: its code may hold that level's instructions, which this CPU does not have).
 extern "C" size_t gmm_gmm_tri_vec_grad_workspace_size(int64_t K, int64_t d, int64_t T, int64_t n) {
-    const size_t sizes[] = {gmm_x86_64::gmm_gmm_tri_vec_grad_workspace_size(K, d, T, n),
-                            gmm_x86_64_v3::gmm_gmm_tri_vec_grad_workspace_size(K, d, T, n),
-                            gmm_x86_64_v4::gmm_gmm_tri_vec_grad_workspace_size(K, d, T, n)};
+    const int level = ks::cpu_level();
     size_t most = 0;
-    for (const size_t size : sizes) {
+    if (level >= 0) {
+        const size_t size = gmm_x86_64::gmm_gmm_tri_vec_grad_workspace_size(K, d, T, n);
+        most = size > most ? size : most;
+    }
+    if (level >= 1) {
+        const size_t size = gmm_x86_64_v3::gmm_gmm_tri_vec_grad_workspace_size(K, d, T, n);
+        most = size > most ? size : most;
+    }
+    if (level >= 2) {
+        const size_t size = gmm_x86_64_v4::gmm_gmm_tri_vec_grad_workspace_size(K, d, T, n);
         most = size > most ? size : most;
     }
     return most;

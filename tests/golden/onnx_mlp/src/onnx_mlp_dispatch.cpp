@@ -52,13 +52,21 @@ extern "C" int onnx_mlp_mlp(int64_t batch, const float* x, float* out, void* wor
     }
 }
 
-// The most any build needs, so that a workspace of this size serves on every CPU.
+// The most any build this CPU runs needs (every build compiles the same source, so they agree; a build of a
+// higher level is not asked: its code may hold that level's instructions, which this CPU does not have).
 extern "C" size_t onnx_mlp_mlp_workspace_size(int64_t batch) {
-    const size_t sizes[] = {onnx_mlp_x86_64::onnx_mlp_mlp_workspace_size(batch),
-                            onnx_mlp_x86_64_v3::onnx_mlp_mlp_workspace_size(batch),
-                            onnx_mlp_x86_64_v4::onnx_mlp_mlp_workspace_size(batch)};
+    const int level = ks::cpu_level();
     size_t most = 0;
-    for (const size_t size : sizes) {
+    if (level >= 0) {
+        const size_t size = onnx_mlp_x86_64::onnx_mlp_mlp_workspace_size(batch);
+        most = size > most ? size : most;
+    }
+    if (level >= 1) {
+        const size_t size = onnx_mlp_x86_64_v3::onnx_mlp_mlp_workspace_size(batch);
+        most = size > most ? size : most;
+    }
+    if (level >= 2) {
+        const size_t size = onnx_mlp_x86_64_v4::onnx_mlp_mlp_workspace_size(batch);
         most = size > most ? size : most;
     }
     return most;
@@ -77,13 +85,21 @@ extern "C" int onnx_mlp_mlp_jvp(int64_t batch, const float* x, const float* dx, 
     }
 }
 
-// The most any build needs, so that a workspace of this size serves on every CPU.
+// The most any build this CPU runs needs (every build compiles the same source, so they agree; a build of a
+// higher level is not asked: its code may hold that level's instructions, which this CPU does not have).
 extern "C" size_t onnx_mlp_mlp_jvp_workspace_size(int64_t batch) {
-    const size_t sizes[] = {onnx_mlp_x86_64::onnx_mlp_mlp_jvp_workspace_size(batch),
-                            onnx_mlp_x86_64_v3::onnx_mlp_mlp_jvp_workspace_size(batch),
-                            onnx_mlp_x86_64_v4::onnx_mlp_mlp_jvp_workspace_size(batch)};
+    const int level = ks::cpu_level();
     size_t most = 0;
-    for (const size_t size : sizes) {
+    if (level >= 0) {
+        const size_t size = onnx_mlp_x86_64::onnx_mlp_mlp_jvp_workspace_size(batch);
+        most = size > most ? size : most;
+    }
+    if (level >= 1) {
+        const size_t size = onnx_mlp_x86_64_v3::onnx_mlp_mlp_jvp_workspace_size(batch);
+        most = size > most ? size : most;
+    }
+    if (level >= 2) {
+        const size_t size = onnx_mlp_x86_64_v4::onnx_mlp_mlp_jvp_workspace_size(batch);
         most = size > most ? size : most;
     }
     return most;
@@ -102,13 +118,21 @@ extern "C" int onnx_mlp_loss(int64_t batch, const float* x, const float* target,
     }
 }
 
-// The most any build needs, so that a workspace of this size serves on every CPU.
+// The most any build this CPU runs needs (every build compiles the same source, so they agree; a build of a
+// higher level is not asked: its code may hold that level's instructions, which this CPU does not have).
 extern "C" size_t onnx_mlp_loss_workspace_size(int64_t batch) {
-    const size_t sizes[] = {onnx_mlp_x86_64::onnx_mlp_loss_workspace_size(batch),
-                            onnx_mlp_x86_64_v3::onnx_mlp_loss_workspace_size(batch),
-                            onnx_mlp_x86_64_v4::onnx_mlp_loss_workspace_size(batch)};
+    const int level = ks::cpu_level();
     size_t most = 0;
-    for (const size_t size : sizes) {
+    if (level >= 0) {
+        const size_t size = onnx_mlp_x86_64::onnx_mlp_loss_workspace_size(batch);
+        most = size > most ? size : most;
+    }
+    if (level >= 1) {
+        const size_t size = onnx_mlp_x86_64_v3::onnx_mlp_loss_workspace_size(batch);
+        most = size > most ? size : most;
+    }
+    if (level >= 2) {
+        const size_t size = onnx_mlp_x86_64_v4::onnx_mlp_loss_workspace_size(batch);
         most = size > most ? size : most;
     }
     return most;
@@ -127,13 +151,21 @@ extern "C" int onnx_mlp_loss_grad(int64_t batch, const float* x, const float* ta
     }
 }
 
-// The most any build needs, so that a workspace of this size serves on every CPU.
+// The most any build this CPU runs needs (every build compiles the same source, so they agree; a build of a
+// higher level is not asked: its code may hold that level's instructions, which this CPU does not have).
 extern "C" size_t onnx_mlp_loss_grad_workspace_size(int64_t batch) {
-    const size_t sizes[] = {onnx_mlp_x86_64::onnx_mlp_loss_grad_workspace_size(batch),
-                            onnx_mlp_x86_64_v3::onnx_mlp_loss_grad_workspace_size(batch),
-                            onnx_mlp_x86_64_v4::onnx_mlp_loss_grad_workspace_size(batch)};
+    const int level = ks::cpu_level();
     size_t most = 0;
-    for (const size_t size : sizes) {
+    if (level >= 0) {
+        const size_t size = onnx_mlp_x86_64::onnx_mlp_loss_grad_workspace_size(batch);
+        most = size > most ? size : most;
+    }
+    if (level >= 1) {
+        const size_t size = onnx_mlp_x86_64_v3::onnx_mlp_loss_grad_workspace_size(batch);
+        most = size > most ? size : most;
+    }
+    if (level >= 2) {
+        const size_t size = onnx_mlp_x86_64_v4::onnx_mlp_loss_grad_workspace_size(batch);
         most = size > most ? size : most;
     }
     return most;

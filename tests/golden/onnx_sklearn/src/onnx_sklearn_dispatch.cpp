@@ -34,13 +34,21 @@ extern "C" int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out
     }
 }
 
-// The most any build needs, so that a workspace of this size serves on every CPU.
+// The most any build this CPU runs needs (every build compiles the same source, so they agree; a build of a
+// higher level is not asked: its code may hold that level's instructions, which this CPU does not have).
 extern "C" size_t onnx_sklearn_classify_workspace_size(int64_t batch) {
-    const size_t sizes[] = {onnx_sklearn_x86_64::onnx_sklearn_classify_workspace_size(batch),
-                            onnx_sklearn_x86_64_v3::onnx_sklearn_classify_workspace_size(batch),
-                            onnx_sklearn_x86_64_v4::onnx_sklearn_classify_workspace_size(batch)};
+    const int level = ks::cpu_level();
     size_t most = 0;
-    for (const size_t size : sizes) {
+    if (level >= 0) {
+        const size_t size = onnx_sklearn_x86_64::onnx_sklearn_classify_workspace_size(batch);
+        most = size > most ? size : most;
+    }
+    if (level >= 1) {
+        const size_t size = onnx_sklearn_x86_64_v3::onnx_sklearn_classify_workspace_size(batch);
+        most = size > most ? size : most;
+    }
+    if (level >= 2) {
+        const size_t size = onnx_sklearn_x86_64_v4::onnx_sklearn_classify_workspace_size(batch);
         most = size > most ? size : most;
     }
     return most;

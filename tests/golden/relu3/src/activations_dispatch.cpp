@@ -68,13 +68,21 @@ extern "C" int activations_vrelu3(int64_t n, const float* x, float* out, void* w
     }
 }
 
-// The most any build needs, so that a workspace of this size serves on every CPU.
+// The most any build this CPU runs needs (every build compiles the same source, so they agree; a build of a
+// higher level is not asked: its code may hold that level's instructions, which this CPU does not have).
 extern "C" size_t activations_vrelu3_workspace_size(int64_t n) {
-    const size_t sizes[] = {activations_x86_64::activations_vrelu3_workspace_size(n),
-                            activations_x86_64_v3::activations_vrelu3_workspace_size(n),
-                            activations_x86_64_v4::activations_vrelu3_workspace_size(n)};
+    const int level = ks::cpu_level();
     size_t most = 0;
-    for (const size_t size : sizes) {
+    if (level >= 0) {
+        const size_t size = activations_x86_64::activations_vrelu3_workspace_size(n);
+        most = size > most ? size : most;
+    }
+    if (level >= 1) {
+        const size_t size = activations_x86_64_v3::activations_vrelu3_workspace_size(n);
+        most = size > most ? size : most;
+    }
+    if (level >= 2) {
+        const size_t size = activations_x86_64_v4::activations_vrelu3_workspace_size(n);
         most = size > most ? size : most;
     }
     return most;
@@ -106,13 +114,21 @@ extern "C" int activations_vrelu3_vjp(int64_t n, const float* x, const float* ct
     }
 }
 
-// The most any build needs, so that a workspace of this size serves on every CPU.
+// The most any build this CPU runs needs (every build compiles the same source, so they agree; a build of a
+// higher level is not asked: its code may hold that level's instructions, which this CPU does not have).
 extern "C" size_t activations_vrelu3_vjp_workspace_size(int64_t n) {
-    const size_t sizes[] = {activations_x86_64::activations_vrelu3_vjp_workspace_size(n),
-                            activations_x86_64_v3::activations_vrelu3_vjp_workspace_size(n),
-                            activations_x86_64_v4::activations_vrelu3_vjp_workspace_size(n)};
+    const int level = ks::cpu_level();
     size_t most = 0;
-    for (const size_t size : sizes) {
+    if (level >= 0) {
+        const size_t size = activations_x86_64::activations_vrelu3_vjp_workspace_size(n);
+        most = size > most ? size : most;
+    }
+    if (level >= 1) {
+        const size_t size = activations_x86_64_v3::activations_vrelu3_vjp_workspace_size(n);
+        most = size > most ? size : most;
+    }
+    if (level >= 2) {
+        const size_t size = activations_x86_64_v4::activations_vrelu3_vjp_workspace_size(n);
         most = size > most ? size : most;
     }
     return most;

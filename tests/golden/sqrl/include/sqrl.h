@@ -8,7 +8,7 @@
  *
  * Instruction sets: the library holds the kernels built for x86-64 (SSE2), x86-64-v3 (AVX2, FMA) and
  * x86-64-v4 (AVX-512); each function runs the build for the best level this CPU has (asked once). The
- * workspace sizes are the most any of them needs.
+ * builds compile one source: their workspace sizes agree.
  *
  * Workspace: a function with a `void* workspace` parameter needs P_E_workspace_size(dims...)
  * bytes there, aligned to 16 bytes (malloc's result, or `alignas(16)` static storage); when

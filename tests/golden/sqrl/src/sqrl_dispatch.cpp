@@ -64,13 +64,21 @@ extern "C" int sqrl_sqrl(int64_t n, const float* x, float* out, void* workspace)
     }
 }
 
-// The most any build needs, so that a workspace of this size serves on every CPU.
+// The most any build this CPU runs needs (every build compiles the same source, so they agree; a build of a
+// higher level is not asked: its code may hold that level's instructions, which this CPU does not have).
 extern "C" size_t sqrl_sqrl_workspace_size(int64_t n) {
-    const size_t sizes[] = {sqrl_x86_64::sqrl_sqrl_workspace_size(n),
-                            sqrl_x86_64_v3::sqrl_sqrl_workspace_size(n),
-                            sqrl_x86_64_v4::sqrl_sqrl_workspace_size(n)};
+    const int level = ks::cpu_level();
     size_t most = 0;
-    for (const size_t size : sizes) {
+    if (level >= 0) {
+        const size_t size = sqrl_x86_64::sqrl_sqrl_workspace_size(n);
+        most = size > most ? size : most;
+    }
+    if (level >= 1) {
+        const size_t size = sqrl_x86_64_v3::sqrl_sqrl_workspace_size(n);
+        most = size > most ? size : most;
+    }
+    if (level >= 2) {
+        const size_t size = sqrl_x86_64_v4::sqrl_sqrl_workspace_size(n);
         most = size > most ? size : most;
     }
     return most;
@@ -89,13 +97,21 @@ extern "C" int sqrl_sqrl_vjp(int64_t n, const float* x, float ct, float* out, vo
     }
 }
 
-// The most any build needs, so that a workspace of this size serves on every CPU.
+// The most any build this CPU runs needs (every build compiles the same source, so they agree; a build of a
+// higher level is not asked: its code may hold that level's instructions, which this CPU does not have).
 extern "C" size_t sqrl_sqrl_vjp_workspace_size(int64_t n) {
-    const size_t sizes[] = {sqrl_x86_64::sqrl_sqrl_vjp_workspace_size(n),
-                            sqrl_x86_64_v3::sqrl_sqrl_vjp_workspace_size(n),
-                            sqrl_x86_64_v4::sqrl_sqrl_vjp_workspace_size(n)};
+    const int level = ks::cpu_level();
     size_t most = 0;
-    for (const size_t size : sizes) {
+    if (level >= 0) {
+        const size_t size = sqrl_x86_64::sqrl_sqrl_vjp_workspace_size(n);
+        most = size > most ? size : most;
+    }
+    if (level >= 1) {
+        const size_t size = sqrl_x86_64_v3::sqrl_sqrl_vjp_workspace_size(n);
+        most = size > most ? size : most;
+    }
+    if (level >= 2) {
+        const size_t size = sqrl_x86_64_v4::sqrl_sqrl_vjp_workspace_size(n);
         most = size > most ? size : most;
     }
     return most;
@@ -114,13 +130,21 @@ extern "C" int sqrl_vsqrl(int64_t n1, int64_t n, const float* x, float* out, voi
     }
 }
 
-// The most any build needs, so that a workspace of this size serves on every CPU.
+// The most any build this CPU runs needs (every build compiles the same source, so they agree; a build of a
+// higher level is not asked: its code may hold that level's instructions, which this CPU does not have).
 extern "C" size_t sqrl_vsqrl_workspace_size(int64_t n1, int64_t n) {
-    const size_t sizes[] = {sqrl_x86_64::sqrl_vsqrl_workspace_size(n1, n),
-                            sqrl_x86_64_v3::sqrl_vsqrl_workspace_size(n1, n),
-                            sqrl_x86_64_v4::sqrl_vsqrl_workspace_size(n1, n)};
+    const int level = ks::cpu_level();
     size_t most = 0;
-    for (const size_t size : sizes) {
+    if (level >= 0) {
+        const size_t size = sqrl_x86_64::sqrl_vsqrl_workspace_size(n1, n);
+        most = size > most ? size : most;
+    }
+    if (level >= 1) {
+        const size_t size = sqrl_x86_64_v3::sqrl_vsqrl_workspace_size(n1, n);
+        most = size > most ? size : most;
+    }
+    if (level >= 2) {
+        const size_t size = sqrl_x86_64_v4::sqrl_vsqrl_workspace_size(n1, n);
         most = size > most ? size : most;
     }
     return most;
@@ -139,13 +163,21 @@ extern "C" int sqrl_vsqrl_vjp(int64_t n1, int64_t n, const float* x, const float
     }
 }
 
-// The most any build needs, so that a workspace of this size serves on every CPU.
+// The most any build this CPU runs needs (every build compiles the same source, so they agree; a build of a
+// higher level is not asked: its code may hold that level's instructions, which this CPU does not have).
 extern "C" size_t sqrl_vsqrl_vjp_workspace_size(int64_t n1, int64_t n) {
-    const size_t sizes[] = {sqrl_x86_64::sqrl_vsqrl_vjp_workspace_size(n1, n),
-                            sqrl_x86_64_v3::sqrl_vsqrl_vjp_workspace_size(n1, n),
-                            sqrl_x86_64_v4::sqrl_vsqrl_vjp_workspace_size(n1, n)};
+    const int level = ks::cpu_level();
     size_t most = 0;
-    for (const size_t size : sizes) {
+    if (level >= 0) {
+        const size_t size = sqrl_x86_64::sqrl_vsqrl_vjp_workspace_size(n1, n);
+        most = size > most ? size : most;
+    }
+    if (level >= 1) {
+        const size_t size = sqrl_x86_64_v3::sqrl_vsqrl_vjp_workspace_size(n1, n);
+        most = size > most ? size : most;
+    }
+    if (level >= 2) {
+        const size_t size = sqrl_x86_64_v4::sqrl_vsqrl_vjp_workspace_size(n1, n);
         most = size > most ? size : most;
     }
     return most;
@@ -164,13 +196,21 @@ extern "C" int sqrl_relu3_tensor(int64_t n, const float* x, float* out, void* wo
     }
 }
 
-// The most any build needs, so that a workspace of this size serves on every CPU.
+// The most any build this CPU runs needs (every build compiles the same source, so they agree; a build of a
+// higher level is not asked: its code may hold that level's instructions, which this CPU does not have).
 extern "C" size_t sqrl_relu3_tensor_workspace_size(int64_t n) {
-    const size_t sizes[] = {sqrl_x86_64::sqrl_relu3_tensor_workspace_size(n),
-                            sqrl_x86_64_v3::sqrl_relu3_tensor_workspace_size(n),
-                            sqrl_x86_64_v4::sqrl_relu3_tensor_workspace_size(n)};
+    const int level = ks::cpu_level();
     size_t most = 0;
-    for (const size_t size : sizes) {
+    if (level >= 0) {
+        const size_t size = sqrl_x86_64::sqrl_relu3_tensor_workspace_size(n);
+        most = size > most ? size : most;
+    }
+    if (level >= 1) {
+        const size_t size = sqrl_x86_64_v3::sqrl_relu3_tensor_workspace_size(n);
+        most = size > most ? size : most;
+    }
+    if (level >= 2) {
+        const size_t size = sqrl_x86_64_v4::sqrl_relu3_tensor_workspace_size(n);
         most = size > most ? size : most;
     }
     return most;
@@ -189,13 +229,21 @@ extern "C" int sqrl_relu3_tensor_vjp(int64_t n, const float* x, const float* ct,
     }
 }
 
-// The most any build needs, so that a workspace of this size serves on every CPU.
+// The most any build this CPU runs needs (every build compiles the same source, so they agree; a build of a
+// higher level is not asked: its code may hold that level's instructions, which this CPU does not have).
 extern "C" size_t sqrl_relu3_tensor_vjp_workspace_size(int64_t n) {
-    const size_t sizes[] = {sqrl_x86_64::sqrl_relu3_tensor_vjp_workspace_size(n),
-                            sqrl_x86_64_v3::sqrl_relu3_tensor_vjp_workspace_size(n),
-                            sqrl_x86_64_v4::sqrl_relu3_tensor_vjp_workspace_size(n)};
+    const int level = ks::cpu_level();
     size_t most = 0;
-    for (const size_t size : sizes) {
+    if (level >= 0) {
+        const size_t size = sqrl_x86_64::sqrl_relu3_tensor_vjp_workspace_size(n);
+        most = size > most ? size : most;
+    }
+    if (level >= 1) {
+        const size_t size = sqrl_x86_64_v3::sqrl_relu3_tensor_vjp_workspace_size(n);
+        most = size > most ? size : most;
+    }
+    if (level >= 2) {
+        const size_t size = sqrl_x86_64_v4::sqrl_relu3_tensor_vjp_workspace_size(n);
         most = size > most ? size : most;
     }
     return most;
