@@ -1,6 +1,6 @@
 """GradBench's evals on ksbuild: F and J times and J/F, next to GradBench's published J/F.
 
-    PYTHONPATH=. python benchmarks/gradbench/bench.py [--evals lse,kmeans,llsq,gmm,ba,ht,lstm] [--full]
+    PYTHONPATH=. python benchmarks/gradbench/bench.py [--evals lse,kmeans,llsq,gmm,ba,ht,lstm,det,ode] [--full]
         [--min-seconds 0.5] [--clock cpu] [--gradbench DIR]   # a gradbench/gradbench checkout: ht's data files
 
 For each eval and workload (GradBench's input generators and workload names, evals/<eval>/run.py),
@@ -92,8 +92,23 @@ def lstm_workloads(args):
     return [(f"l={layers},c={c}", ref.lstm_input(layers, c)) for layers, c in grid]
 
 
+def det_workloads(args):
+    """evals/det/run.py: l from 5 to 11 (ours does l² 2^l products, the recursion about e l!: see det.py)."""
+    sizes = range(5, 12) if args.full else (5, 8, 11)
+    return [(f"{ell}", ref.det_input(ell)) for ell in sizes]
+
+
+def ode_workloads(args):
+    """evals/ode/run.py: n in {1000, 10000, 100000}, s in {1, 10, 100}, ordered by n s."""
+    grid = sorted([(n, s) for n in (1000, 10000, 100000) for s in (1, 10, 100)], key=math.prod)
+    if not args.full:
+        grid = [(1000, 1), (1000, 100), (100000, 10)]
+    return [(f"n={n},s={s}", ref.ode_input(n, s)) for n, s in grid]
+
+
 WORKLOADS = {"lse": lse_workloads, "kmeans": kmeans_workloads, "llsq": llsq_workloads, "gmm": gmm_workloads,
-             "ba": ba_workloads, "ht": ht_workloads, "lstm": lstm_workloads}
+             "ba": ba_workloads, "ht": ht_workloads, "lstm": lstm_workloads, "det": det_workloads,
+             "ode": ode_workloads}
 
 
 # ----------------------------------------------------------------------------- checks
@@ -118,6 +133,8 @@ def expected(module: str, inp: dict) -> tuple:
         return ref.ht_expected(inp)
     if module == "lstm":
         return ref.lstm_expected(inp)
+    if module in ("det", "ode"):
+        return getattr(ref, module + "_expected")(inp)
     value, grads = ref.gmm_value_and_grad(inp)
     return value, np.concatenate([g.ravel() for g in grads.values()])
 

@@ -36,6 +36,16 @@ def gmm_input(d: int, k: int, n: int, m: int = 0, gamma: float = 1.0, seed: int 
             "l": [list(rng.normal(size=d * (d - 1) // 2)) for _ in range(k)]}
 
 
+def det_input(ell: int, seed: int = 31337) -> dict:
+    """evals/det/run.py: A ~ U(0, 1), l × l in row-major order (the eval draws every size from one seed in turn;
+    here each from a fresh one)."""
+    return {"A": np.random.RandomState(seed).rand(ell * ell).tolist(), "ell": ell}
+
+
+def ode_input(n: int, s: int, seed: int = 31337) -> dict:
+    """evals/ode/run.py: x ~ U(0, 1) of length n, and the number of steps s."""
+    return {"x": np.random.RandomState(seed).rand(n).tolist(), "s": s}
+
 BA_DATA = {   # evals/ba/data/ba<i>_n<n>_m<m>_p<p>.txt: n, m, p; every file has the same camera, point, weight, feature
     "cam": [-0.758453, -1.109613, -0.845551, 34.556073, 39.676747, 53.881673, 419.194514, 5.864426, -8.518870,
             0.087812, 0.002739],
@@ -400,3 +410,50 @@ def lstm_expected(inp: dict) -> tuple[float, np.ndarray]:
                        torch.tensor(inp["sequence"], dtype=torch.float64))
     grads = torch.autograd.grad(value, (main, extra))
     return float(value.detach()), np.concatenate([g.numpy().ravel() for g in grads])
+
+
+# ----------------------------------------------------------------------------- det
+def det_by_minors(A: np.ndarray) -> float:
+    """det.hpp's expansion by minors along the first row, recursive, in numpy (small l only: l! terms)."""
+    if A.shape[0] == 1:
+        return float(A[0, 0])
+    return sum((-1.0) ** j * A[0, j] * det_by_minors(np.delete(A[1:], j, axis=1)) for j in range(A.shape[0]))
+
+
+def det_expected(inp: dict) -> tuple[float, np.ndarray]:
+    """(det A by minors, its gradient in A by torch.autograd through torch.linalg.det, row-major)."""
+    import torch
+
+    ell = int(inp["ell"])
+    A = torch.tensor(inp["A"], dtype=torch.float64).reshape(ell, ell).requires_grad_()
+    (grad,) = torch.autograd.grad(torch.linalg.det(A), A)
+    return det_by_minors(A.detach().numpy()), grad.numpy().ravel()
+
+
+# ----------------------------------------------------------------------------- ode
+def ode_torch(x, s: int):
+    """ode.hpp's Runge-Kutta in torch: y_0' = x_0, y_i' = x_i y_{i-1} (y shifted by one, a 1 first), over [0, 2]."""
+    import torch
+
+    h, one = 2.0 / s, torch.ones(1, dtype=x.dtype)
+    y = torch.zeros_like(x)
+
+    def rate(state):
+        return x * torch.cat([one, state[:-1]])
+    for _ in range(s):
+        k1 = rate(y)
+        k2 = rate(y + h * k1 / 2)
+        k3 = rate(y + h * k2 / 2)
+        k4 = rate(y + h * k3)
+        y = y + h * (k1 + 2 * k2 + 2 * k3 + k4) / 6
+    return y
+
+
+def ode_expected(inp: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(y(2), the gradient of its last element in x by torch.autograd)."""
+    import torch
+
+    x = torch.tensor(inp["x"], dtype=torch.float64, requires_grad=True)
+    y = ode_torch(x, int(inp["s"]))
+    (grad,) = torch.autograd.grad(y[-1], x)
+    return y.detach().numpy(), grad.numpy()
