@@ -33,6 +33,8 @@ SMALL = {
     "lstm": [ref.lstm_input(2, 9), ref.lstm_input(3, 6, text="Hello, wörld")],
     "det": [ref.det_input(5), ref.det_input(1), ref.det_input(3, seed=4)],   # GradBench's smallest is l = 5
     "ode": [ref.ode_input(1000, 1), ref.ode_input(7, 10, seed=3)],         # and n = 1000, s = 1
+    "particle": [{"w": 0.0}],                                               # GradBench's only inputs
+    "saddle": [{"start": [1.0, 1.0]}, {"start": [-0.5, 2.0]}],
 }
 CASES = [(module, i) for module, inputs in SMALL.items() for i in range(len(inputs))]
 
@@ -89,6 +91,16 @@ def test_gradient_matches_central_differences(pkg, module):
         up[i] += h
         down[i] -= h
         assert got[i] == pytest.approx((primal_at(up) - primal_at(down)) / (2 * h), rel=1e-6, abs=1e-8)
+
+
+@pytest.mark.parametrize("module", ["particle", "saddle"])
+def test_nested_evals_give_gradbench_answer(pkg, module):
+    """Every variant (forward or reverse mode outside and inside) answers what evals/<module>/run.py expects."""
+    inp, want = ({"w": 0.0}, ref.PARTICLE_EXPECTED) if module == "particle" else ({"start": [1.0, 1.0]},
+                                                                                   ref.SADDLE_EXPECTED)
+    for function in evals.FUNCTIONS[module]:
+        call, to_json = evals.calls(pkg, module, function, inp)
+        np.testing.assert_allclose(to_json(call()), want, rtol=1e-12, atol=1e-16, err_msg=f"{module}.{function}")
 
 
 def ba_random_problem(n: int, m: int, p: int, seed: int = 5) -> tuple:
@@ -161,7 +173,7 @@ def test_tool_speaks_the_protocol(pkg):
         {"id": 2, "kind": "evaluate", "module": "kmeans", "function": "dir", "input": inp},
         {"id": 3, "kind": "analysis", "of": 2, "valid": True},
         {"id": 4, "kind": "evaluate", "module": "kmeans", "function": "hessian", "input": inp},
-        {"id": 5, "kind": "define", "module": "particle"},
+        {"id": 5, "kind": "define", "module": "gan"},
         {"id": 6, "kind": "define", "module": "ba"},
         {"id": 7, "kind": "evaluate", "module": "ba", "function": "jacobian", "input": ref.ba_input(3, 4, 20)},
     ])
@@ -175,4 +187,4 @@ def test_tool_speaks_the_protocol(pkg):
     np.testing.assert_allclose(replies[2]["output"], ref.kmeans_dir_numpy(inp["points"], inp["centroids"]), rtol=1e-12)
     assert sum(t["name"] == "evaluate" for t in replies[2]["timings"]) >= 3
     assert replies[4]["success"] is False and "no function 'hessian'" in replies[4]["error"]
-    assert replies[5]["success"] is False and "particle" in replies[5]["error"]
+    assert replies[5]["success"] is False and "gan" in replies[5]["error"]

@@ -2,6 +2,7 @@
 turns an eval's JSON input into arrays once, and returns a call to time and its output in JSON form."""
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Callable
 
@@ -172,6 +173,19 @@ def ode_calls(pkg, function: str, inp: dict) -> tuple[Call, Callable]:
     export = pkg.ode if function == "primal" else pkg.ode_grad
     return lambda: export(x, steps, out=out), lambda y: y.tolist()
 
+def nested_calls(pkg, function: str, inp: dict, module: str) -> tuple[Call, Callable]:
+    """particle (w) and saddle (start): the variant's export (function: outer and inner mode, f or r); a result
+    whose loops reached their bounds (particle.py, saddle.py) is an error, not an answer."""
+    export = getattr(pkg, f"{module}_{function}")
+    arg = float(inp["w"]) if module == "particle" else f64(inp["start"])
+
+    def call():
+        result, unfinished = export(arg)
+        if unfinished:
+            raise ValueError(f"{module}.{function}: a loop reached its bound before converging")
+        return result
+    return call, (float if module == "particle" else lambda r: r.tolist())
+
 def ht_arguments(inp: dict) -> tuple:
     """The kernels' arguments: theta, (du = 0, us,) the model (mirror as a sign per axis), (triangles,)
     correspondences, points; the complicated variant's (us given) in parentheses."""
@@ -282,12 +296,15 @@ def ht_finger_seeds(pattern: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 MODULES = {"lse": lse_calls, "llsq": llsq_calls, "kmeans": kmeans_calls, "gmm": gmm_calls, "ba": ba_calls,
            "ht": ht_calls, "lstm": lstm_calls,
-           "det": det_calls, "ode": ode_calls}
-# (primal, derivative) of each module, as GradBench names them
+           "det": det_calls, "ode": ode_calls,
+           "particle": functools.partial(nested_calls, module="particle"),
+           "saddle": functools.partial(nested_calls, module="saddle")}
+# (primal, derivative) of each module, as GradBench names them; particle's and saddle's four variants
 FUNCTIONS = {"lse": ("primal", "gradient"), "llsq": ("primal", "gradient"), "kmeans": ("cost", "dir"),
              "gmm": ("objective", "jacobian"), "ba": ("objective", "jacobian"),
              "ht": ("objective", "jacobian"), "lstm": ("objective", "jacobian"),
-             "det": ("primal", "gradient"), "ode": ("primal", "gradient")}
+             "det": ("primal", "gradient"), "ode": ("primal", "gradient"),
+             "particle": ("ff", "fr", "rf", "rr"), "saddle": ("ff", "fr", "rf", "rr")}
 
 
 def calls(pkg, module: str, function: str, inp: dict) -> tuple[Call, Callable]:
