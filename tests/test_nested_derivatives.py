@@ -7,12 +7,10 @@ torch.func; the IR through the reference interpreter, and one compiled package.
 """
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
 import torch
-from source_kernels import build_source, ir_getter
+from source_kernels import build_source, ir_getter, source_module
 
 from ksbuild.errors import KsbuildError
 from ksbuild.ir.interp import eval_func
@@ -65,12 +63,7 @@ def ir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def torch_module(tmp_path_factory):
     """The kernel file as a Python module: the oracle (torch.func inside it is torch's)."""
-    path = tmp_path_factory.mktemp("nested_torch") / "nested_torch.py"
-    path.write_text(SOURCE)
-    spec = importlib.util.spec_from_file_location("nested_torch", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return source_module(tmp_path_factory, SOURCE, "nested_torch")
 
 
 POINTS = [(0.7, 1.3), (-1.1, 0.4), (2.0, -0.5)]
@@ -145,3 +138,55 @@ def test_errors_are_located(tmp_path, line, message):
     with pytest.raises(KsbuildError, match=message) as info:
         compile_python_kernel(path, "bad", "f64")
     assert "bad.py:" in str(info.value)
+
+
+STATIC_SOURCE = '''\
+def cost(outer, x: float) -> float:
+    if outer:
+        return descend(False, x) + x * x
+    return (x - 1.0) ** 2
+
+
+def descend(outer, x: float) -> float:
+    """The same loop for both levels: the outer level's cost runs the inner level's loop."""
+    for _ in range(3):
+        x = x - 0.1 * cost(outer, x)
+    return x
+
+
+def two_levels(x: float) -> float:
+    return descend(True, x)
+
+
+def forever(x: float) -> float:
+    return forever(x)
+
+
+def unending(n, x: float) -> float:
+    return unending(n + 1, x)
+
+
+def unending_from(x: float) -> float:
+    return unending(0, x)
+'''
+
+
+def test_a_call_with_other_static_arguments_is_not_recursion(tmp_path):
+    """descend(True) reaches descend(False) through cost(True), whose `if outer` the compiler decides: two functions,
+    not recursion (GradBench's saddle runs one gradient descent loop at both levels). A call with the same static
+    arguments, or a chain of new ones that does not end, is still refused, with a located error."""
+    from ksbuild.frontends.python.source import compile_python_kernel
+
+    path = tmp_path / "levels.py"
+    path.write_text(STATIC_SOURCE)
+    namespace: dict = {}
+    exec(compile(STATIC_SOURCE, str(path), "exec"), namespace)
+    f = compile_python_kernel(path, "two_levels", "f64")
+    for x in (0.3, 2.0):
+        assert eval_func(f, [x])[0] == pytest.approx(namespace["two_levels"](x), rel=1e-14)
+        assert eval_func(grad_func(f), [x])[0] == pytest.approx(
+            float(torch.func.grad(namespace["two_levels"])(torch.tensor(x, dtype=torch.float64))), rel=1e-12)
+    for name in ("forever", "unending_from"):
+        with pytest.raises(KsbuildError, match="calls itself") as info:
+            compile_python_kernel(path, name, "f64")
+        assert "levels.py:" in str(info.value)
