@@ -8,7 +8,9 @@ builds this folder's manifest, checks ksbuild's primal and derivative against re
 times each as GradBench's scorer does: the mean over calls repeated for at least --min-seconds
 (one thread, float64; J includes its forward pass). The published columns are J/F of GradBench's
 nightly run (published.json says exactly where they come from): hand-written C++ ("manual"),
-Enzyme, Tapenade and JAX; "-" where GradBench has no such tool or workload.
+Enzyme, Tapenade and JAX; "-" where GradBench has no such tool or workload. particle and saddle have four variants
+(outer and inner mode) of one answer and no J/F: their table is ms per variant, ksbuild's and the published Enzyme's
+and Futhark's.
 """
 from __future__ import annotations
 
