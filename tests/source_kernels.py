@@ -17,6 +17,18 @@ def ir_getter(tmp_path_factory, source: str, stem: str):
     return get
 
 
+def source_module(tmp_path_factory, source: str, stem: str):
+    """`source` saved as <stem>.py and imported: the kernel file run by PyTorch, or the dev loop's module."""
+    import importlib.util
+
+    path = tmp_path_factory.mktemp(stem) / f"{stem}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def build_source(tmp_path_factory, source: str, stem: str, exports: dict[str, str]):
     """ksbuild.build (float64) of a package `stem` whose kernels are all the functions `exports` names."""
     import ksbuild

@@ -31,6 +31,10 @@ SMALL = {
            ref.ht_synthetic(5, 20, 9, complicated=True) | {"theta": [0.0] * 3 + [0.3] * 23},   # rotation 0
            ref.ht_synthetic(14, 9, 6, complicated=False, seed=5)],   # c > V: the Jacobian skins every vertex
     "lstm": [ref.lstm_input(2, 9), ref.lstm_input(3, 6, text="Hello, wörld")],
+    "det": [ref.det_input(5), ref.det_input(1), ref.det_input(3, seed=4)],   # GradBench's smallest is l = 5
+    "ode": [ref.ode_input(1000, 1), ref.ode_input(7, 10, seed=3)],         # and n = 1000, s = 1
+    "particle": [{"w": 0.0}],                                               # GradBench's only inputs
+    "saddle": [{"start": [1.0, 1.0]}, {"start": [-0.5, 2.0]}],
 }
 CASES = [(module, i) for module, inputs in SMALL.items() for i in range(len(inputs))]
 
@@ -67,6 +71,36 @@ def test_ht_finger_columns_compressed(pkg, index):
     for k in range(len(seeds)):
         assert pattern[:, color == k].sum(axis=1).max() <= 1
     assert len(seeds) < 20 or index == 4  # (c > V: every vertex is read)
+
+
+@pytest.mark.parametrize("module", ["det", "ode"])
+def test_gradient_matches_central_differences(pkg, module):
+    """det's and ode's gradients against central differences of their own primal (the tool's calls), at
+    GradBench's smallest workload (ode: its first 40 inputs, the rest hardly move y_{n-1})."""
+    inp = SMALL[module][0]
+    key = "A" if module == "det" else "x"
+    (gradient, to_json) = evals.calls(pkg, module, "gradient", inp)
+    got = np.asarray(to_json(gradient()))
+
+    def primal_at(values) -> float:
+        call, _ = evals.calls(pkg, module, "primal", inp | {key: values})
+        return float(np.ravel(call())[-1])
+    base, h = np.asarray(inp[key]), 1e-6
+    for i in range(min(len(base), 40)):
+        up, down = base.copy(), base.copy()
+        up[i] += h
+        down[i] -= h
+        assert got[i] == pytest.approx((primal_at(up) - primal_at(down)) / (2 * h), rel=1e-6, abs=1e-8)
+
+
+@pytest.mark.parametrize("module", ["particle", "saddle"])
+def test_nested_evals_give_gradbench_answer(pkg, module):
+    """Every variant (forward or reverse mode outside and inside) answers what evals/<module>/run.py expects."""
+    inp, want = ({"w": 0.0}, ref.PARTICLE_EXPECTED) if module == "particle" else ({"start": [1.0, 1.0]},
+                                                                                   ref.SADDLE_EXPECTED)
+    for function in evals.FUNCTIONS[module]:
+        call, to_json = evals.calls(pkg, module, function, inp)
+        np.testing.assert_allclose(to_json(call()), want, rtol=1e-12, atol=1e-16, err_msg=f"{module}.{function}")
 
 
 def ba_random_problem(n: int, m: int, p: int, seed: int = 5) -> tuple:
@@ -139,7 +173,7 @@ def test_tool_speaks_the_protocol(pkg):
         {"id": 2, "kind": "evaluate", "module": "kmeans", "function": "dir", "input": inp},
         {"id": 3, "kind": "analysis", "of": 2, "valid": True},
         {"id": 4, "kind": "evaluate", "module": "kmeans", "function": "hessian", "input": inp},
-        {"id": 5, "kind": "define", "module": "det"},
+        {"id": 5, "kind": "define", "module": "gan"},
         {"id": 6, "kind": "define", "module": "ba"},
         {"id": 7, "kind": "evaluate", "module": "ba", "function": "jacobian", "input": ref.ba_input(3, 4, 20)},
     ])
@@ -153,4 +187,4 @@ def test_tool_speaks_the_protocol(pkg):
     np.testing.assert_allclose(replies[2]["output"], ref.kmeans_dir_numpy(inp["points"], inp["centroids"]), rtol=1e-12)
     assert sum(t["name"] == "evaluate" for t in replies[2]["timings"]) >= 3
     assert replies[4]["success"] is False and "no function 'hessian'" in replies[4]["error"]
-    assert replies[5]["success"] is False and "det" in replies[5]["error"]
+    assert replies[5]["success"] is False and "gan" in replies[5]["error"]

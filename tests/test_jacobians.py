@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from source_kernels import build_source, ir_getter
+from source_kernels import build_source, ir_getter, source_module
 
 from ksbuild.errors import KsbuildError
 from ksbuild.ir.interp import eval_func
@@ -299,13 +299,7 @@ def _autograd_blocks(case, args, nums) -> list[np.ndarray]:
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory):
     """The kernels as an imported module (the dev loop compiles module-level functions from their file)."""
-    import importlib.util
-    path = tmp_path_factory.mktemp("jac_dev") / "jac_dev_kernels.py"
-    path.write_text(SOURCE)
-    spec = importlib.util.spec_from_file_location("jac_dev_kernels", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return source_module(tmp_path_factory, SOURCE, "jac_dev_kernels")
 
 
 def test_dev_loop_matches_torch_func(dev):

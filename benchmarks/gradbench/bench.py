@@ -1,14 +1,16 @@
 """GradBench's evals on ksbuild: F and J times and J/F, next to GradBench's published J/F.
 
-    PYTHONPATH=. python benchmarks/gradbench/bench.py [--evals lse,kmeans,llsq,gmm,ba,ht,lstm] [--full]
-        [--min-seconds 0.5] [--clock cpu] [--rounds 1] [--gradbench DIR]   # DIR: a gradbench checkout (ht's data)
+    PYTHONPATH=. python benchmarks/gradbench/bench.py [--evals lse,kmeans,llsq,gmm,ba,ht,lstm,det,ode,particle,saddle]
+        [--full] [--min-seconds 0.5] [--clock cpu] [--rounds 1] [--gradbench DIR]   # DIR: a gradbench checkout (ht's data)
 
 For each eval and workload (GradBench's input generators and workload names, evals/<eval>/run.py),
 builds this folder's manifest, checks ksbuild's primal and derivative against reference.py, then
 times each as GradBench's scorer does: the mean over calls repeated for at least --min-seconds
 (one thread, float64; J includes its forward pass). The published columns are J/F of GradBench's
 nightly run (published.json says exactly where they come from): hand-written C++ ("manual"),
-Enzyme, Tapenade and JAX; "-" where GradBench has no such tool or workload.
+Enzyme, Tapenade and JAX; "-" where GradBench has no such tool or workload. particle and saddle have four variants
+(outer and inner mode) of one answer and no J/F: their table is ms per variant, ksbuild's and the published Enzyme's
+and Futhark's.
 """
 from __future__ import annotations
 
@@ -92,8 +94,35 @@ def lstm_workloads(args):
     return [(f"l={layers},c={c}", ref.lstm_input(layers, c)) for layers, c in grid]
 
 
+def det_workloads(args):
+    """evals/det/run.py: l from 5 to 11 (ours does l² 2^l products, the recursion about e l!: see det.py)."""
+    sizes = range(5, 12) if args.full else (5, 8, 11)
+    return [(f"{ell}", ref.det_input(ell)) for ell in sizes]
+
+
+def ode_workloads(args):
+    """evals/ode/run.py: n in {1000, 10000, 100000}, s in {1, 10, 100}, ordered by n s."""
+    grid = sorted([(n, s) for n in (1000, 10000, 100000) for s in (1, 10, 100)], key=math.prod)
+    if not args.full:
+        grid = [(1000, 1), (1000, 100), (100000, 10)]
+    return [(f"n={n},s={s}", ref.ode_input(n, s)) for n, s in grid]
+
+
+def particle_workloads(args):
+    """evals/particle/run.py: w = 0, the four variants."""
+    return [("w=0", {"w": 0.0})]
+
+
+def saddle_workloads(args):
+    """evals/saddle/run.py: start (1, 1), the four variants."""
+    return [("start=(1,1)", {"start": [1.0, 1.0]})]
+
+
 WORKLOADS = {"lse": lse_workloads, "kmeans": kmeans_workloads, "llsq": llsq_workloads, "gmm": gmm_workloads,
-             "ba": ba_workloads, "ht": ht_workloads, "lstm": lstm_workloads}
+             "ba": ba_workloads, "ht": ht_workloads, "lstm": lstm_workloads, "det": det_workloads,
+             "ode": ode_workloads, "particle": particle_workloads, "saddle": saddle_workloads}
+NESTED = ("particle", "saddle")   # no primal and derivative: four variants (outer, inner mode) of one answer
+NESTED_TOOLS = ("enzyme", "futhark")
 
 
 # ----------------------------------------------------------------------------- checks
@@ -118,6 +147,10 @@ def expected(module: str, inp: dict) -> tuple:
         return ref.ht_expected(inp)
     if module == "lstm":
         return ref.lstm_expected(inp)
+    if module in ("det", "ode"):
+        return getattr(ref, module + "_expected")(inp)
+    if module in NESTED:
+        return (getattr(ref, module + "_expected")(inp),) * 4
     value, grads = ref.gmm_value_and_grad(inp)
     return value, np.concatenate([g.ravel() for g in grads.values()])
 
@@ -166,8 +199,26 @@ def published_ratios(published: dict, module: str, workload: str) -> list[str]:
     return cells
 
 
+def print_nested(pkg, module: str, published: dict, args) -> None:
+    """particle's and saddle's table: ms per variant, ksbuild's and the published tools'."""
+    tools = published["evals"][module]["tools"]
+    print(f"\n{module}: ms per variant (outer, inner mode), ksbuild and published " + ", ".join(NESTED_TOOLS))
+    print("| variant | ksbuild ms | err | " + " | ".join(NESTED_TOOLS) + " |\n|" + "---|" * (3 + len(NESTED_TOOLS)))
+    clock = time.thread_time_ns if args.clock == "cpu" else time.perf_counter_ns
+    for name, inp in WORKLOADS[module](args):
+        want = expected(module, inp)[0]
+        for function in evals.FUNCTIONS[module]:
+            call, to_json = evals.calls(pkg, module, function, inp)
+            result, seconds = mean_time(call, args.min_seconds, clock)
+            cells = [f"{name} {function}", f"{seconds * 1e3:.4g}", f"{rel_error(flat(to_json(result)), want):.0e}"]
+            cells += [f"{tools[t][function] * 1e3:.4g}" if function in tools.get(t, {}) else "-" for t in NESTED_TOOLS]
+            print("| " + " | ".join(cells) + " |", flush=True)
+
+
 def print_eval(pkg, module: str, published: dict, args) -> None:
     """One table: a line per workload."""
+    if module in NESTED:
+        return print_nested(pkg, module, published, args)
     print(f"\n{module}: ksbuild F ms, J ms, J/F, max rel. error | published J/F: " + ", ".join(PUBLISHED_TOOLS))
     head = ["workload", "F ms", "J ms", "J/F", "err"] + list(PUBLISHED_TOOLS)
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))

@@ -2,6 +2,7 @@
 turns an eval's JSON input into arrays once, and returns a call to time and its output in JSON form."""
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Callable
 
@@ -142,6 +143,49 @@ def lstm_calls(pkg, function: str, inp: dict) -> tuple[Call, Callable]:
     return lambda: pkg.lstm_grad(*args, out=outs), lambda gs: np.concatenate([g.ravel() for g in gs]).tolist()
 
 
+def det_tables(ell: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """det.py's tables for l: minor S (a set of columns as bits, m = 2 ** l of them; its rows the last |S| of A)
+    expands along row l - |S| (rows); its sub-minor without column j is S - 2 ** j (minors_of [m, l]) with the
+    sign (-1) ** (the members of S before j), 0 where j is not in S (signs [m, l]). The empty minor reads row 0."""
+    sets, columns = np.arange(1 << ell), np.arange(ell)
+    member = (sets[:, None] >> columns) & 1
+    size = member.sum(axis=1)
+    rows = np.where(size > 0, ell - size, 0).astype(np.int64)
+    signs = np.where(member == 1, (-1.0) ** (np.cumsum(member, axis=1) - member), 0.0)
+    minors_of = np.where(member == 1, sets[:, None] - (1 << columns), 0).astype(np.int64)
+    return rows, minors_of, signs
+
+
+def det_calls(pkg, function: str, inp: dict) -> tuple[Call, Callable]:
+    """primal: det A; gradient: its gradient in A, row-major. The tables depend on l and are made once."""
+    ell = int(inp["ell"])
+    A, tables = f64(inp["A"]).reshape(ell, ell), det_tables(ell)
+    if function == "primal":
+        return lambda: pkg.det(A, *tables), float
+    out = np.empty_like(A)
+    return lambda: pkg.det_grad(A, *tables, out=out), lambda g: g.ravel().tolist()
+
+
+def ode_calls(pkg, function: str, inp: dict) -> tuple[Call, Callable]:
+    """primal: y(2) [n]; gradient: the gradient of y_{n-1}(2) in x [n]. s steps of size 2 / s."""
+    x, s = f64(inp["x"]), int(inp["s"])
+    steps, out = np.full(s, 2.0 / s), np.empty_like(x)
+    export = pkg.ode if function == "primal" else pkg.ode_grad
+    return lambda: export(x, steps, out=out), lambda y: y.tolist()
+
+def nested_calls(pkg, function: str, inp: dict, module: str) -> tuple[Call, Callable]:
+    """particle (w) and saddle (start): the variant's export (function: outer and inner mode, f or r); a result
+    whose loops reached their bounds (particle.py, saddle.py) is an error, not an answer."""
+    export = getattr(pkg, f"{module}_{function}")
+    arg = float(inp["w"]) if module == "particle" else f64(inp["start"])
+
+    def call():
+        result, unfinished = export(arg)
+        if unfinished:
+            raise ValueError(f"{module}.{function}: a loop reached its bound before converging")
+        return result
+    return call, (float if module == "particle" else lambda r: r.tolist())
+
 def ht_arguments(inp: dict) -> tuple:
     """The kernels' arguments: theta, (du = 0, us,) the model (mirror as a sign per axis), (triangles,)
     correspondences, points; the complicated variant's (us given) in parentheses."""
@@ -251,11 +295,16 @@ def ht_finger_seeds(pattern: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 MODULES = {"lse": lse_calls, "llsq": llsq_calls, "kmeans": kmeans_calls, "gmm": gmm_calls, "ba": ba_calls,
-           "ht": ht_calls, "lstm": lstm_calls}
-# (primal, derivative) of each module, as GradBench names them
+           "ht": ht_calls, "lstm": lstm_calls,
+           "det": det_calls, "ode": ode_calls,
+           "particle": functools.partial(nested_calls, module="particle"),
+           "saddle": functools.partial(nested_calls, module="saddle")}
+# (primal, derivative) of each module, as GradBench names them; particle's and saddle's four variants
 FUNCTIONS = {"lse": ("primal", "gradient"), "llsq": ("primal", "gradient"), "kmeans": ("cost", "dir"),
              "gmm": ("objective", "jacobian"), "ba": ("objective", "jacobian"),
-             "ht": ("objective", "jacobian"), "lstm": ("objective", "jacobian")}
+             "ht": ("objective", "jacobian"), "lstm": ("objective", "jacobian"),
+             "det": ("primal", "gradient"), "ode": ("primal", "gradient"),
+             "particle": ("ff", "fr", "rf", "rr"), "saddle": ("ff", "fr", "rf", "rr")}
 
 
 def calls(pkg, module: str, function: str, inp: dict) -> tuple[Call, Callable]:

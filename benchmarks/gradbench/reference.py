@@ -36,6 +36,16 @@ def gmm_input(d: int, k: int, n: int, m: int = 0, gamma: float = 1.0, seed: int 
             "l": [list(rng.normal(size=d * (d - 1) // 2)) for _ in range(k)]}
 
 
+def det_input(ell: int, seed: int = 31337) -> dict:
+    """evals/det/run.py: A ~ U(0, 1), l × l in row-major order (the eval draws every size from one seed in turn;
+    here each from a fresh one)."""
+    return {"A": np.random.RandomState(seed).rand(ell * ell).tolist(), "ell": ell}
+
+
+def ode_input(n: int, s: int, seed: int = 31337) -> dict:
+    """evals/ode/run.py: x ~ U(0, 1) of length n, and the number of steps s."""
+    return {"x": np.random.RandomState(seed).rand(n).tolist(), "s": s}
+
 BA_DATA = {   # evals/ba/data/ba<i>_n<n>_m<m>_p<p>.txt: n, m, p; every file has the same camera, point, weight, feature
     "cam": [-0.758453, -1.109613, -0.845551, 34.556073, 39.676747, 53.881673, 419.194514, 5.864426, -8.518870,
             0.087812, 0.002739],
@@ -400,3 +410,116 @@ def lstm_expected(inp: dict) -> tuple[float, np.ndarray]:
                        torch.tensor(inp["sequence"], dtype=torch.float64))
     grads = torch.autograd.grad(value, (main, extra))
     return float(value.detach()), np.concatenate([g.numpy().ravel() for g in grads])
+
+
+# ----------------------------------------------------------------------------- det
+def det_by_minors(A: np.ndarray) -> float:
+    """det.hpp's expansion by minors along the first row, recursive, in numpy (small l only: l! terms)."""
+    if A.shape[0] == 1:
+        return float(A[0, 0])
+    return sum((-1.0) ** j * A[0, j] * det_by_minors(np.delete(A[1:], j, axis=1)) for j in range(A.shape[0]))
+
+
+def det_expected(inp: dict) -> tuple[float, np.ndarray]:
+    """(det A, by minors up to l = 8 (l! terms in Python) and by torch.linalg.det above; its gradient in A by
+    torch.autograd through torch.linalg.det, row-major)."""
+    import torch
+
+    ell = int(inp["ell"])
+    A = torch.tensor(inp["A"], dtype=torch.float64).reshape(ell, ell).requires_grad_()
+    (grad,) = torch.autograd.grad(torch.linalg.det(A), A)
+    value = det_by_minors(A.detach().numpy()) if ell <= 8 else float(torch.linalg.det(A.detach()))
+    return value, grad.numpy().ravel()
+
+
+# ----------------------------------------------------------------------------- ode
+def ode_torch(x, s: int):
+    """ode.hpp's Runge-Kutta in torch: y_0' = x_0, y_i' = x_i y_{i-1} (y shifted by one, a 1 first), over [0, 2]."""
+    import torch
+
+    h, one = 2.0 / s, torch.ones(1, dtype=x.dtype)
+    y = torch.zeros_like(x)
+
+    def rate(state):
+        return x * torch.cat([one, state[:-1]])
+    for _ in range(s):
+        k1 = rate(y)
+        k2 = rate(y + h * k1 / 2)
+        k3 = rate(y + h * k2 / 2)
+        k4 = rate(y + h * k3)
+        y = y + h * (k1 + 2 * k2 + 2 * k3 + k4) / 6
+    return y
+
+
+def ode_expected(inp: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(y(2), the gradient of its last element in x by torch.autograd)."""
+    import torch
+
+    x = torch.tensor(inp["x"], dtype=torch.float64, requires_grad=True)
+    y = ode_torch(x, int(inp["s"]))
+    (grad,) = torch.autograd.grad(y[-1], x)
+    return y.detach().numpy(), grad.numpy()
+
+
+# ----------------------------------------------------------------------------- particle and saddle (nested AD)
+PARTICLE_EXPECTED = 0.2071918746486116    # evals/particle/run.py's expected output for w = 0
+SADDLE_EXPECTED = [8.246324826140356e-06] * 4   # evals/saddle/run.py's for start (1, 1)
+
+
+def gd_argmin(cost, gradient, x0) -> np.ndarray:
+    """cpp/gradbench/gd.hpp's multivariate_argmin, as a plain while loop over numpy arrays."""
+    x = np.array(x0, dtype=np.float64)
+    fx, gx, eta, i = cost(x), gradient(x), 1e-5, 0
+    while np.sqrt(gx @ gx) > 1e-5:
+        if i == 10:
+            eta, i = 2 * eta, 0
+            continue
+        x_new = x - eta * gx
+        if np.sqrt((x - x_new) @ (x - x_new)) <= 1e-5:
+            break
+        f_new = cost(x_new)
+        if f_new < fx:
+            x, fx, gx, i = x_new, f_new, gradient(x_new), i + 1
+        else:
+            eta, i = eta / 2, 0
+    return x
+
+
+def saddle_expected(inp: dict) -> np.ndarray:
+    """[p1, p2]: gd_argmin of max_p2 f(p1, p2), then the argmax at it, with f's gradients written out (∇_p1 f =
+    2 p1, ∇_p2 f = -2 p2; the inner argmax does not move with p1, so the cost's gradient is 2 p1)."""
+    start = np.asarray(inp["start"], dtype=np.float64)
+
+    def argmax(p1):
+        return gd_argmin(lambda p2: -(p1 @ p1 - p2 @ p2), lambda p2: 2 * p2, start)
+    p1 = gd_argmin(lambda p1: p1 @ p1 - argmax(p1) @ argmax(p1), lambda p1: 2 * p1, start)
+    return np.concatenate([p1, argmax(p1)])
+
+
+def particle_cost_torch(w):
+    """The Euler simulation in torch (while loop), the force from the closed-form gradient of the potential."""
+    import torch
+
+    charges = [torch.stack([torch.tensor(10.0, dtype=w.dtype), 10.0 - w]), torch.tensor([10.0, 0.0], dtype=w.dtype)]
+    x, xdot = torch.tensor([0.0, 8.0], dtype=w.dtype), torch.tensor([0.75, 0.0], dtype=w.dtype)
+    while True:
+        force = sum((x - c) / torch.sum((x - c) ** 2) ** 1.5 for c in charges)
+        x_new = x + 0.1 * xdot
+        if x_new[1] <= 0:
+            break
+        x, xdot = x_new, xdot + 0.1 * force
+    x_f = x + (-x[1] / xdot[1]) * xdot
+    return x_f[0] ** 2
+
+
+def particle_expected(inp: dict) -> float:
+    """gd_argmin of the simulation's cost in w, its derivative by torch.autograd through the while loop."""
+    import torch
+
+    def cost(w):
+        return float(particle_cost_torch(torch.tensor(w[0], dtype=torch.float64)))
+
+    def gradient(w):
+        t = torch.tensor(w[0], dtype=torch.float64, requires_grad=True)
+        return np.array([float(torch.autograd.grad(particle_cost_torch(t), t)[0])])
+    return float(gd_argmin(cost, gradient, [float(inp["w"])])[0])

@@ -27,6 +27,7 @@ from .branches import FallThrough, always_returns, compile_early_returns, packed
 from .expressions import ExpressionCompiler, _out_of_place
 from .scope import Const, Returned, Scope, SymDim, Value, assigned_names, const_lit, const_type
 
+STATIC_NESTING = 8  # frames of one function with different static arguments (a recursion they end)
 SCALAR_ANNOTATIONS = {"bool": "bool", "int": "i64"}
 
 
@@ -70,7 +71,8 @@ class KernelCompiler(ExpressionCompiler):
         self.int_facts = IntFacts()  # ranges of loop counters: bounds for loop counts computed at run time
         self.cache: dict[tuple, Func] = {}
         self.signature_loc: Location | None = None
-        self.active: list[str] = []
+        self.active: list[str] = []  # the functions being compiled, innermost last
+        self.active_static: list[tuple] = []  # and the static arguments (dims, constants) of each
         self.rule_of: list[str] = []  # the custom functions whose rules are being compiled (custom_rules.py)
         self.frames: list = []  # branches.Frame: the ifs whose returns are being packed (see branches.py)
         # values that in torch are one of several tensors, not a new one (y = x if c else w, or an if whose
@@ -168,20 +170,29 @@ class KernelCompiler(ExpressionCompiler):
 
     # ---- functions ---------------------------------------------------------------------------
 
+    def check_recursion(self, fn: ast.FunctionDef, static: dict) -> None:
+        """A call of a function being compiled is recursion, an error, when it has the same static arguments
+        (or nests more than STATIC_NESTING deep): with other ones (a flag `outer` that an `if` decides while
+        compiling) it is another function, compiled once its own `if`s have dropped the branches it does not take."""
+        key = tuple((i, repr(v)) for i, v in sorted(static.items()))
+        same = [k for name, k in zip(self.active, self.active_static) if name == fn.name]
+        if key in same or len(same) >= STATIC_NESTING:
+            raise self.src.error(fn, f"'{fn.name}' calls itself (recursion is not supported)",
+                                 hint="write the recursion as a for loop")
+
     def compile_def(self, fn: ast.FunctionDef, types: Sequence[Type], result_types,
                     static: dict[int, SymDim] | None = None) -> Func:
         self.check_args(fn)
         if fn.name in self.src.externs:  # (its body is never compiled)
             from .externs import extern_func
             return extern_func(self, fn, types)
-        if fn.name in self.active:
-            raise self.src.error(fn, f"'{fn.name}' calls itself (recursion is not supported)",
-                                 hint="write the recursion as a for loop")
         static = static or {}
+        self.check_recursion(fn, static)
         if len(types) + len(static) != len(fn.args.args):
             raise self.src.error(fn, f"'{fn.name}' has {len(fn.args.args)} parameters but the signature "
                                      f"gives {len(types)}")
         self.active.append(fn.name)
+        self.active_static.append(tuple((i, repr(v)) for i, v in sorted(static.items())))
         frames, self.frames = self.frames, []  # (a helper's returns are its own)
         try:
             b = Builder(self.src.loc(fn))
@@ -201,6 +212,7 @@ class KernelCompiler(ExpressionCompiler):
                     from None
         finally:
             self.active.pop()
+            self.active_static.pop()
             self.frames = frames
         return b.func(fn.name, params, results)
 

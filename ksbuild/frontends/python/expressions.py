@@ -194,6 +194,11 @@ class ExpressionCompiler:
 
     def expr_Call(self, b, scope, e: ast.Call) -> Value:
         from .loops import builtin_sum, comprehension
+        from .nested import call_grad, call_jvp, func_transform
+        if isinstance(e.func, ast.Call) and func_transform(self, e.func.func) == "grad":
+            return call_grad(self, b, scope, e)
+        if func_transform(self, e.func) == "jvp":
+            return call_jvp(self, b, scope, e)
         method = self.method_target(e.func)
         target = None if method else self.callee(e.func)
         if target == ("builtin", "sum"):
