@@ -169,7 +169,11 @@ def test_hypot_and_hardswish_derivatives_at_the_edges_are_torchs(tmp_path):
     s.sum().backward()
     np.testing.assert_allclose(p.hsw(z), s.detach().numpy(), rtol=1e-15)
     np.testing.assert_array_equal(np.signbit(p.hsw(z)), np.signbit(s.detach().numpy()))  # (-0 from -3 down)
-    np.testing.assert_allclose(p.hsw_vjp(z, np.ones(len(z))), zt.grad.numpy(), rtol=1e-14)
+    # at NaN, torch's hardswish_backward gives 1 (its rule: x < -3, x <= 3 and the rest, NaN falling to the rest) in
+    # its scalar loop (a 1-element tensor) and on AVX-512, NaN in its AVX2 kernel (12 elements here): ksbuild keeps 1
+    got, want = p.hsw_vjp(z, np.ones(len(z))), zt.grad.numpy()
+    np.testing.assert_allclose(got[~np.isnan(z)], want[~np.isnan(z)], rtol=1e-14)
+    assert np.all(got[np.isnan(z)] == 1.0)
 
 
 def test_a_gather_from_a_table_computed_just_before(tmp_path):
