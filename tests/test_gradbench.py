@@ -103,6 +103,23 @@ def test_nested_evals_give_gradbench_answer(pkg, module):
         np.testing.assert_allclose(to_json(call()), want, rtol=1e-12, atol=1e-16, err_msg=f"{module}.{function}")
 
 
+
+# The most stack a call of a nested-AD export may use, its call chain included (issue 36: no frame above 512 B,
+# scratch in the workspace). particle's reverse variants kept their simulation's residuals (73-122 KB) in an array
+# on the stack while their signature was scalars only (the scalar C ABI has no workspace); 176-216 B now.
+NESTED_STACK_BOUND = 512
+
+
+@pytest.mark.parametrize("module", ["particle", "saddle"])
+def test_nested_exports_keep_their_residuals_off_the_stack(pkg, module):
+    """Every variant's stack (P.json's stack_bytes, measured at build time from GCC's call graphs) is within the
+    bound, and what its loops keep is in the workspace the export takes."""
+    for function in evals.FUNCTIONS[module]:
+        export = getattr(pkg, f"{module}_{function}")
+        if export.desc.get("stack_bytes") is None:
+            pytest.skip("the compiler wrote no call graphs (GCC 10 or later does)")
+        assert export.desc["stack_bytes"] <= NESTED_STACK_BOUND, (export.name, export.desc["stack_bytes"])
+        assert export.ws_fn is not None and export.ws_fn() > 0, export.name
 def ba_random_problem(n: int, m: int, p: int, seed: int = 5) -> tuple:
     """cams, X, w, obs, feats near GradBench's camera and point, all different, observations at random."""
     rng = np.random.default_rng(seed)

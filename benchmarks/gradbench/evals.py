@@ -177,7 +177,7 @@ def nested_calls(pkg, function: str, inp: dict, module: str) -> tuple[Call, Call
     """particle (w) and saddle (start): the variant's export (function: outer and inner mode, f or r); a result
     whose loops reached their bounds (particle.py, saddle.py) is an error, not an answer."""
     export = getattr(pkg, f"{module}_{function}")
-    arg = float(inp["w"]) if module == "particle" else f64(inp["start"])
+    arg = f64([inp["w"]]) if module == "particle" else f64(inp["start"])   # (particle.py: w0 is a float[1])
 
     def call():
         result, unfinished = export(arg)

@@ -8,6 +8,11 @@ Nested AD: the descent's derivative (in w) differentiates a simulation whose eve
 The four variants choose the mode of each (outer, inner): forward (jvp) or reverse (torch.func.grad). The
 simulation's and gd.hpp's `while (true)` are loops of at most EULER_STEPS and STEPS iterations that stop changing
 anything once stopped (kernels have no while; GradBench's input needs 355 and 92).
+
+The exports take w0 as a float[1], not a float: a signature of scalars only has the scalar C ABI, which has no
+workspace, so everything the kernel keeps (the reverse variants' residuals of the simulation's 1000 steps, 73-122 KB)
+was an array on the stack (121976 B of stack for particle_rf). With a tensor argument the export takes a workspace
+(P_particle_rf_workspace_size() bytes) and its stack is a few hundred bytes (tests/test_gradbench.py bounds it).
 """
 import torch
 
@@ -91,17 +96,17 @@ def particle(w0, outer, inner):
     return w, go or stuck
 
 
-def particle_ff(w0: float) -> tuple[float, bool]:
-    return particle(w0, True, True)
+def particle_ff(w0: "float[1]") -> tuple[float, bool]:
+    return particle(w0[0], True, True)
 
 
-def particle_fr(w0: float) -> tuple[float, bool]:
-    return particle(w0, True, False)
+def particle_fr(w0: "float[1]") -> tuple[float, bool]:
+    return particle(w0[0], True, False)
 
 
-def particle_rf(w0: float) -> tuple[float, bool]:
-    return particle(w0, False, True)
+def particle_rf(w0: "float[1]") -> tuple[float, bool]:
+    return particle(w0[0], False, True)
 
 
-def particle_rr(w0: float) -> tuple[float, bool]:
-    return particle(w0, False, False)
+def particle_rr(w0: "float[1]") -> tuple[float, bool]:
+    return particle(w0[0], False, False)

@@ -26,7 +26,7 @@ from ..compile.backends import get_backend
 from ..compile.cmake import build_and_install, cmake_exe, cmake_identity
 from ..compile.footprint import section_sizes, stack_usage
 from ..compile.targets import Target, compiler_identity, cpu_here, get_target
-from ..errors import KsbuildError
+from ..errors import KsbuildError, warn
 from ..exports import build_exports
 from ..manifest import Manifest, check_cpu, load_manifest, locate
 from ..resources import VERSION, resource_dir
@@ -198,6 +198,7 @@ def package(manifest: str | Path, out: str | Path | None = None, *, target: str 
     out = Path(out) if out is not None else Path.cwd() / "dist" / m.name
     if _is_current(out, m.name, key):
         _touch_used(key, out)
+        warn_scalar_stacks(m, out)
         progress(f"ksbuild: {out} is up to date")
         return out
     check_replaceable(out, m.name, "tree")  # (before compiling: a refused output costs nothing)
@@ -216,6 +217,7 @@ def package(manifest: str | Path, out: str | Path | None = None, *, target: str 
     _touch_used(key, out)
     if built:
         keep_cache_bounded([cached.parent, out, kernel_cache(m, t)], progress)
+    warn_scalar_stacks(m, out)
     progress(f"ksbuild: installed {m.name} ({t.name}) into {out}")
     return out
 
@@ -382,6 +384,26 @@ def record_footprint(tree: Path, name: str, t: Target, graphs: list[Path], progr
         kb = {k: f"{v / 1024:.1f} KB" for k, v in sizes.items()}
         progress(f"ksbuild: {name}: code {kb['text']}, read-only data {kb['rodata']}, weights {kb['weights']}" +
                  (f"; at most {deepest} bytes of stack per call" if deepest is not None else ""))
+
+
+# The stack a scalar-only export may use before the build warns (issue 36: no frame above 512 B, scratch in the
+# workspace). Such an export has no workspace (the scalar C ABI), so its tensors, such as a reverse-mode loop's
+# residuals, are arrays on its stack.
+SCALAR_STACK_BOUND = 512
+
+
+def warn_scalar_stacks(m: Manifest, tree: Path) -> None:
+    """A warning per scalar-only export of install `tree` whose measured stack (P.json's stack_bytes) is above
+    SCALAR_STACK_BOUND."""
+    described = tree / "share" / m.name / f"{m.name}.json"
+    exports = json.loads(described.read_text())["exports"] if described.is_file() else {}
+    for export, d in exports.items():
+        if d.get("kind") == "scalar" and (d.get("stack_bytes") or 0) > SCALAR_STACK_BOUND:
+            warn(f"export '{export}' uses {d['stack_bytes']} bytes of stack: its signature is scalars only, so it "
+                 "takes no workspace and the values it keeps (a loop's residuals for reverse mode, its tensors) are "
+                 "arrays on its stack", locate(m.text, "exports", export, file=str(m.path)),
+                 hint='give the kernel a tensor parameter or result (a float[1] instead of a float): the export then '
+                      'takes a workspace and keeps them there')
 
 
 def footprint_note(header: str, info: dict) -> str:
