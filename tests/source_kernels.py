@@ -29,8 +29,9 @@ def source_module(tmp_path_factory, source: str, stem: str):
     return module
 
 
-def build_source(tmp_path_factory, source: str, stem: str, exports: dict[str, str]):
-    """ksbuild.build (float64) of a package `stem` whose kernels are all the functions `exports` names."""
+def build_source(tmp_path_factory, source: str, stem: str, exports: dict[str, str], optimize: str | None = None):
+    """ksbuild.build (float64) of a package `stem` whose kernels are all the functions `exports` names (optimize:
+    ksbuild.build's, e.g. conftest.DEBUG where a test checks values alone)."""
     import ksbuild
 
     folder = tmp_path_factory.mktemp(stem + "_build")
@@ -41,7 +42,7 @@ def build_source(tmp_path_factory, source: str, stem: str, exports: dict[str, st
         lines += [f"[kernels.{name}]", f'python = "{stem}.py:{name}"', ""]
     lines += ["[exports]"] + [f'{k} = "{v}"' for k, v in exports.items()]
     (folder / "manifest.toml").write_text("\n".join(lines) + "\n")
-    return ksbuild.build(folder / "manifest.toml", out=folder / "dist")
+    return ksbuild.build(folder / "manifest.toml", out=folder / "dist", optimize=optimize)
 
 
 def _kernel_names(expr: str) -> list[str]:

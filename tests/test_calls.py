@@ -309,7 +309,7 @@ def test_examples_gmm_with_every_tensor_helper_a_call(tmp_path):
     with pytest.MonkeyPatch.context() as m:
         m.setattr(control, "BATCHED_CALL_EQNS_PER_ARRAY", 0)
         assert cli_main(["render", str(tmp_path / "manifest.toml"), "-o", str(tmp_path / "out")]) == 0
-        pkg = ksbuild.build(tmp_path / "manifest.toml", quiet=True)
+        pkg = ksbuild.build(tmp_path / "manifest.toml", quiet=True, optimize=DEBUG)  # (values, as the module's)
     cpp = (tmp_path / "out/src/gmmcalls.cpp").read_text()
     for name in ("cholesky_factor", "log_wishart_prior", "fwd_cholesky_factor", "bwd_log_wishart_prior"):
         assert re.search(rf"^static void {name}\(", cpp, re.M), name

@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import build_kernel_file  # noqa: E402
+from conftest import DEBUG, build_kernel_file  # noqa: E402
 
 KERNELS = '''
 import torch
@@ -187,7 +187,10 @@ depthwise_grad = "grad(depthwise_loss, argnums=(0, 1, 2, 3, 4))"
 @pytest.fixture(scope="module", params=["plain", "blas"])
 def built(request, tmp_path_factory):
     root = tmp_path_factory.mktemp(f"conv_{request.param}")
-    return build_kernel_file(root, KERNELS, MANIFEST.format(backend=request.param), f"conv_kernels_{request.param}")
+    # (values and source against torch: the package's own code at -Og; the tests of builds GCC once refused at -O3,
+    # below, build at speed)
+    return build_kernel_file(root, KERNELS, MANIFEST.format(backend=request.param), f"conv_kernels_{request.param}",
+                             DEBUG)
 
 
 def _args(rng, *shapes):

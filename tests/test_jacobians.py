@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import DEBUG
 from source_kernels import build_source, ir_getter, source_module
 
 from ksbuild.errors import KsbuildError
@@ -191,7 +192,7 @@ EXPORTS |= {"vlayer_jr": "vmap(jacrev(layer), in_axes=(0, None))",
 
 @pytest.fixture(scope="module")
 def pkg(tmp_path_factory):
-    return build_source(tmp_path_factory, SOURCE, "jac_kernels", EXPORTS)
+    return build_source(tmp_path_factory, SOURCE, "jac_kernels", EXPORTS, DEBUG)  # (values against torch.func)
 
 
 def test_compiled_matches_torch_func(pkg):
