@@ -69,15 +69,16 @@ def _hash_ksbuild(h) -> None:
 
 def kernel_cache(m: Manifest, t: Target) -> Path:
     """The cache folder of the kernel layer's objects (ks/kernels.h) for the build of m for t: keyed by the
-    prelude, the project template, the target, its compiler and the flags that reach the kernels' compile. Of
-    [build] threads only whether it is above 1 (-pthread): the kernel layer is compiled alike for 2 or 8 threads
-    (its parts are the generated code's, ks/parts.h), so those builds share one folder, as 0 and 1 do. Not
+    prelude, the project template, the target, its compiler and the flags that reach the kernels' compile. Not
+    [build] threads: the kernel layer is compiled alike for any thread count (its parts are the generated code's,
+    ks/parts.h) and it includes no thread header, so -pthread (the threads library's compile flag, which only defines
+    _REENTRANT) leaves its objects as they are: a threaded build shares the folder of an unthreaded one. Not
     [build] cpu: an object's name says its level (kernels_<level>.o, the -march it is compiled with), so a build
     for cpu = "x86-64-v4" (ksbuild.build's on such a machine) takes the v4 object a portable build compiled, and
     the other way round; except cpu = "native", whose object differs from one machine to the next."""
     h = hashlib.sha256()
     cpu = m.build.cpu if m.build.cpu == "native" else ""
-    for part in (VERSION, cpu, _thread_flags(m), kernel_optimize(m), *build_identity(t)):
+    for part in (VERSION, cpu, kernel_optimize(m), *build_identity(t)):
         h.update(part.encode() + b"\0")
     for f in [resource_dir("templates") / "CMakeLists.txt.j2", *sorted((resource_dir("prelude") / "ks").iterdir())]:
         h.update(f.name.encode() + b"\0" + f.read_bytes())
@@ -88,11 +89,6 @@ def kernel_optimize(m: Manifest) -> str:
     """How the kernel layer is compiled: as the manifest says, except that a debug build takes the speed build's
     objects (optimize = "debug" compiles the package's own code for debugging, not the kernels)."""
     return "speed" if m.build.optimize == "debug" else m.build.optimize
-
-
-def _thread_flags(m: Manifest) -> str:
-    """What [build] threads changes in the kernel layer's compile: -pthread (Threads::Threads) when above 1."""
-    return "pthread" if m.build.threads > 1 else ""
 
 
 def build_identity(t: Target) -> list[str]:
