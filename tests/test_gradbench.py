@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import DEBUG
 
 ROOT = Path(__file__).resolve().parent.parent
 GRADBENCH = ROOT / "benchmarks" / "gradbench"
@@ -44,7 +45,7 @@ def pkg():
     """The benchmark's package, built once."""
     import ksbuild
 
-    return ksbuild.build(GRADBENCH / "manifest.toml", quiet=True)  # (at speed: the tool test takes it from the cache)
+    return ksbuild.build(GRADBENCH / "manifest.toml", quiet=True, optimize=DEBUG)  # (the tool test's build too)
 
 
 @pytest.mark.parametrize(("module", "index"), CASES)
@@ -172,12 +173,18 @@ def test_gmm_reference_matches_gradbench_definition():
     assert got == pytest.approx(math.log(likelihood) + log_prior, rel=1e-10)
 
 
+# tool.py run as its own __main__, its ksbuild.build at the pkg fixture's optimize="debug" (values are checked, not
+# speed): it loads the fixture's package from the session's cache instead of building the package again at speed
+TOOL_AT_DEBUG = ("import functools, runpy, sys, ksbuild; ksbuild.build = functools.partial(ksbuild.build, "
+                 f"optimize={DEBUG!r}); runpy.run_path(sys.argv[1], run_name='__main__')")
+
+
 def protocol_session(messages: list[dict]) -> list[dict]:
     """The tool's responses to these messages, one JSON line each way."""
     text = "".join(json.dumps(m) + "\n" for m in messages)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    done = subprocess.run([sys.executable, str(GRADBENCH / "tool.py")], input=text, capture_output=True, text=True,
-                          env=env, timeout=600, check=True)
+    done = subprocess.run([sys.executable, "-c", TOOL_AT_DEBUG, str(GRADBENCH / "tool.py")], input=text,
+                          capture_output=True, text=True, env=env, timeout=600, check=True)
     return [json.loads(line) for line in done.stdout.splitlines()]
 
 

@@ -3,7 +3,9 @@
 The custom ops run inside onnxruntime sessions (its Python API, SessionOptions.register_custom_ops_library)
 as nodes of the domain "ksbuild.P", alone and between standard ONNX ops. Oracles: torch (values and
 autograd gradients of the same Python kernels) and float64 numpy; the ops' shape errors are checked to
-come back as onnxruntime errors naming the op.
+come back as onnxruntime errors naming the op. The package of the first tests is built at speed, as users ship
+it; the examples' packages at optimize="debug" (-Og: their values are checked, each against its own build's plain
+exports and the oracles, and -Og compiles several times quicker).
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import DEBUG, ROOT
 
 import ksbuild
 from ksbuild.compile.backends import ort_headers
@@ -64,7 +66,7 @@ def pkg(tmp_path_factory):
     d = tmp_path_factory.mktemp("ort")
     (d / "k.py").write_text(textwrap.dedent(KERNELS))
     (d / "manifest.toml").write_text(MANIFEST.replace("{relu3}", str(ROOT / "examples" / "relu3" / "relu3.py")))
-    return ksbuild.build(d / "manifest.toml", quiet=True)
+    return ksbuild.build(d / "manifest.toml", quiet=True)  # (at speed, as users ship it; the tests below: "debug")
 
 
 def _session(pkg, nodes, ins, outs, domain=DOMAIN, library="libortops_ort.so"):
@@ -148,7 +150,7 @@ def test_the_gmm_example_and_its_gradient_run_in_onnxruntime(tmp_path):
     (tmp_path / "manifest.toml").write_text(f'[package]\nname = "gmm"\n[build]\nbackend = "ort"\ndtype = "float64"\n'
                                             f'[kernels.gmm]\npython = "{gmm / "gmm.py"}:gmm_objective"\n[exports]\n'
                                             'gmm = "gmm"\ngmm_grad = "grad(gmm, argnums=(0, 1, 2))"\n')
-    pkg = ksbuild.build(tmp_path / "manifest.toml", quiet=True)
+    pkg = ksbuild.build(tmp_path / "manifest.toml", quiet=True, optimize=DEBUG)
     # (loaded by path under a name of its own: benchmarks/gradbench has a `reference` module too, and a worker that
     # imported that one first would hand it out for `from reference import ...`)
     spec = importlib.util.spec_from_file_location("gmm_example_reference", gmm / "reference.py")
@@ -213,7 +215,7 @@ def test_every_example_runs_inside_onnxruntime(example, tmp_path):
     copy = shutil.copytree(ROOT / "examples", tmp_path / "examples")  # (mnist reads relu3's kernel)
     manifest = copy / example / "manifest.toml"
     manifest.write_text(re.sub(r'(?m)^name = "([^"]+)"', r'name = "\1_ort"', manifest.read_text(), count=1))
-    pkg = ksbuild.build(manifest, backend="ort", quiet=True)
+    pkg = ksbuild.build(manifest, backend="ort", quiet=True, optimize=DEBUG)
     package = next((pkg.root / "share").iterdir()).name
     source = (pkg.root / "share" / package / "src" / f"{package}_ort.cpp").read_text()
     rng = np.random.default_rng(0)

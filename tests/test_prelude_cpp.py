@@ -3,8 +3,9 @@ with ctest. test_prelude checks ipow, floor division, modulo, selects against Py
 test_vmath measures ks::exp and ks::log against libm (at most 2 ulp) and their special values;
 test_gemm_conv checks ks::tiled_gemm, ks::packed_gemm and ks::conv against written-out loops, and so does its
 _native build for this machine's instruction set; where that is not AVX-512, a _wide build with AVX-512's register
-tile on the baseline's vectors too (the two then on a random third of the checks: CMakeLists.txt); test_qconv (best
-tile with 60 random trials per type pair, AVX2 and portable with 20) the integer kernels of ks/qconv.h."""
+tile on the baseline's vectors too (the two then on a random third of the checks: CMakeLists.txt); test_qconv (one
+program: the best tile with 60 random trials per type pair, then capped at AVX2 and at the portable loops with 20
+each) the integer kernels of ks/qconv.h."""
 from __future__ import annotations
 
 import subprocess

@@ -375,16 +375,33 @@ void test_types(int64_t trials) {
     }
 }
 
-}  // namespace
-
-// argv[1]: random trials per type pair, 60 by default (tests/test_qtile_aarch64.py runs 20 under qemu-aarch64, where
-// a trial costs 20-50 times as much: 66 s of CPU per run with 60).
-int main(int argc, char** argv) {
-    const int64_t trials = argc > 1 ? std::atoll(argv[1]) : 60;
+// One pass over every type pair: from the same random state, so a pass checks what a program of its own did.
+void test_all(int64_t trials) {
+    state = 12345;
     test_types<uint8_t, uint8_t>(trials);
     test_types<uint8_t, int8_t>(trials);
     test_types<int8_t, uint8_t>(trials);
     test_types<int8_t, int8_t>(trials);
+}
+
+}  // namespace
+
+// argv[1]: random trials per type pair, 60 by default (tests/test_qtile_aarch64.py runs 20 under qemu-aarch64, where
+// a trial costs 20-50 times as much: 66 s of CPU per run with 60). argv[2] (x86-64): random trials of two more passes,
+// 0 by default: the tile capped at AVX2 and at the portable loops, as builds with KS_CPU_LEVEL_MAX=1 and 0 choose them
+// (qtile::best_level: the tile level min(best, cap)), so that one compile checks all three (CMakeLists.txt).
+int main(int argc, char** argv) {
+    const int64_t trials = argc > 1 ? std::atoll(argv[1]) : 60;
+    test_all(trials);
+#ifdef KS_QTILE_X86
+    const int64_t capped = argc > 2 ? std::atoll(argv[2]) : 0;
+    const int best = ks::qtile::best_level();
+    for (int cap = 1; cap >= 0 && capped > 0; --cap) {
+        ks::qtile::tile_level = best < cap ? best : cap;
+        test_all(capped);
+        std::printf("tile level %d done: %d checks, %d failures so far\n", ks::qtile::best_level(), runs, failures);
+    }
+#endif
 #ifdef KS_QTILE_SDOT
     std::printf("tile sdot\n");  // (tests/test_qtile_aarch64.py: an AArch64 build with the dot product)
 #endif
