@@ -79,6 +79,13 @@ def _int_literal(v: int, dtype: str) -> str:
     return f"static_cast<{C_TYPES[dtype]}>({v})"
 
 
+def _read_names(line: str) -> list[str]:
+    """The identifiers a line of C++ reads as variables: not in a comment or string, after `.`, `->` or `::` (a
+    member, a namespace's name) or before `::` (a namespace, a class)."""
+    code = re.sub(r'"(?:[^"\\]|\\.)*"', "", line.split("//")[0])
+    return re.findall(r"(?<![\w.])(?<!->)(?<!::)([A-Za-z_]\w*)\b(?!\s*::)", code)
+
+
 def simd_pragma(clauses: str) -> str:
     """The `omp simd` line before a loop (ks/prelude.h's macros): KS_OMP_SIMD_EXTREMA where a clause reduces a max
     or min, which clang's vectorizer refuses without -ffinite-math-only (-Wpass-failed, an error under -Werror),
@@ -290,6 +297,7 @@ class Writer:
         self.foldable: set[Var] = set()      # scalars read once, by an equation of their own block (body.py)
         self.dims: list[str] = []            # the function's dims (a helper it calls takes those it reads)
         self.pool_bodies: list[int] = []     # the depths of the bodies of loops run on ks/pool.h (open_loops)
+        self.pool_scopes: list[tuple[int, set[str]]] = []  # each such body's first line, the names in scope there
         self.updates: dict[Var, str] = {}    # a loop carry's new value -> the carry's local it is assigned to
         self.derived: dict[Var, str] = {}    # names of unnamed values after what computes them (codegen/naming.py)
 
@@ -593,11 +601,13 @@ class Writer:
         """Open a ks::pool::run over parts of the iterations of the loops over dims, the nest's first two axes of
         size > 1 (or its one), as one range of their flattened iterations per part; closed by close_loops; their
         indices. `innermost`: the last of dims is the nest's innermost loop (`simd`, its pragma)."""
+        outer = self.namer.used & (self.namer.declared | set(self.dims))  # (what a part's body may read: no keyword)
         part, span = self.namer.fresh("part"), self.namer.fresh("span")
         unit = 16 if innermost else 1  # (parts of consecutive elements meet at a 64-byte line of floats)
         parts = self._pool_parts(threads, work, product(dims) if unit == 1 else f"({product(dims)} + 15) / 16")
         self.line(f"ks::pool::run({threads}, {parts}, [&](int {part}, int) {{")
         self.depth += 1
+        self.pool_scopes.append((len(self.lines), outer))
         self.line(f"const ks::parts::range {span} = ks::parts::share({product(dims)}, {unit}, {part}, {parts});")
         if len(dims) == 1:
             first = self.namer.index(self.depth + 1)
@@ -678,8 +688,22 @@ class Writer:
             self.line("}")
             if self.pool_bodies and self.pool_bodies[-1] == body:
                 self.pool_bodies.pop()
+                self._pass_captures(*self.pool_scopes.pop())
                 self.depth -= 1
                 self.line("});")
+
+    def _pass_captures(self, first: int, outer: set[str]) -> None:
+        """Make lines[first:], a part's body (in ks::pool::run's lambda), a lambda called at once with the values it
+        reads from the function (pointers, dims) as parameters of the same names. Read through the part's closure,
+        they were loads in the body's loops, which GCC neither hoists past the loops' stores nor vectorizes under
+        `omp simd`: a sum such as softmax's ran scalar on the threads, added in another order than the one-thread
+        build's vector lanes (the last bit of 40-60% of attention's outputs on AVX2), and slower."""
+        names = list(dict.fromkeys(n for line in self.lines[first:] for n in _read_names(line) if n in outer))
+        if not names:
+            return
+        pad = "    " * self.depth
+        self.lines[first:] = [f"{pad}[&]({', '.join(f'const auto {n}' for n in names)}) {{",
+                              *("    " + line for line in self.lines[first:]), f"{pad}}}({', '.join(names)});"]
 
     # ---- structured emission (called by prim emit rules) --------------------------------------
 

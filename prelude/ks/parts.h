@@ -9,12 +9,13 @@
 // slices of the one call's scratch, 64-byte aligned), over a range of the images when they divide evenly among the
 // threads (a batch of 8 on 2 threads: 4 images each, every weight read once per part), else, image by image, a range
 // of the output channels (a batch of 1: each part reads its channels' weights and the whole image). A product's
-// parts are ranges of its columns (whole panels) or, with fewer columns than parts × a panel, of its rows. A split by
-// channels or columns has up to 4 parts per thread when the layer is big enough and a part does not copy the whole
-// image again (conv_parts, product_parts): the threads take parts until none is left, so a thread that starts late
-// (a worker the system has not scheduled yet) leaves the others little to wait for. Nothing here starts a thread or uses the heap: the generated code decides
-// whether the parts run in parallel, the kernels compute ranges, and a part gives the same results as the whole call
-// gives there (each element's sum is the same sum: tests/test_threads.py).
+// parts are ranges of its columns (whole blocks of panels) or, with fewer columns than parts × a block, of its rows.
+// A split by channels or columns has up to 4 parts per thread when the layer is big enough and a part does not copy
+// the whole image again (conv_parts, product_parts): the threads take parts until none is left, so a thread that
+// starts late (a worker the system has not scheduled yet) leaves the others little to wait for. Nothing here starts
+// a thread or uses the heap: the generated code decides whether the parts run in parallel, the kernels compute
+// ranges, and a part gives the same results as the whole call gives there (each element's sum is the same sum, in
+// the same order: tests/test_threads.py).
 #ifndef KS_PARTS_H
 #define KS_PARTS_H
 
@@ -185,22 +186,31 @@ void run_shifted(const void* self, int64_t image, int64_t i, int64_t j, T* out, 
     s.inner.run(s.inner.self, image, i, j + s.first_column, out, rs, cs, rows, cols);
 }
 
-// Whether a product's parts take ranges of columns (whole panels; at least one each), else of rows.
+// The columns of a product's part by columns come in whole blocks of the kernels' column loop (tiles::
+// panels_per_block panels, from the product's first column): a block's panels go to tiles of up to panels_for(rows)
+// panels from its first one, and a tile of fewer panels than that keeps more sums per element (micro's KU: the sum
+// over k in another order). A part from the middle of a block grouped its panels otherwise: on AVX2, a linear
+// layer at batch 2 (tiles of 3 panels, blocks of 4) differed from the whole product in the last bit of 40% of its
+// outputs.
+template <class T>
+constexpr int64_t column_unit = tiles::panels_per_block * panel_width<T>;
+
+// Whether a product's parts take ranges of columns (whole blocks; at least one each), else of rows.
 template <class T>
 constexpr bool by_columns(int64_t n, int parts) {
-    return n >= parts * int64_t(panel_width<T>);
+    return n >= parts * column_unit<T>;
 }
 
 // The range of a product's rows or columns a part computes.
 template <class T>
 constexpr range product_range(int64_t m, int64_t n, int part, int parts) {
-    return by_columns<T>(n, parts) ? share(n, panel_width<T>, part, parts) : share(m, tiles::row_block, part, parts);
+    return by_columns<T>(n, parts) ? share(n, column_unit<T>, part, parts) : share(m, tiles::row_block, part, parts);
 }
 
-// The parts of an m x n product of depth k on `threads` threads: split's by columns (whole panels) or rows.
+// The parts of an m x n product of depth k on `threads` threads: split's by columns (whole blocks) or rows.
 template <class T>
 constexpr int product_parts(int threads, int64_t m, int64_t n, int64_t k) {
-    const int64_t units = by_columns<T>(n, threads) ? (n + panel_width<T> - 1) / panel_width<T>
+    const int64_t units = by_columns<T>(n, threads) ? (n + column_unit<T> - 1) / column_unit<T>
                                                     : (m + tiles::row_block - 1) / tiles::row_block;
     return split(threads, units, m * n * k);
 }
@@ -238,7 +248,7 @@ void tiled_gemm(int part, int parts, int slot, int64_t m, int64_t n, int64_t k, 
     });
 }
 
-// Part `part` of ks::packed_gemm(m, n, k, a, b, c, accumulate, epi) (a part's columns are whole panels of b).
+// Part `part` of ks::packed_gemm(m, n, k, a, b, c, accumulate, epi) (a part's columns: whole blocks of b's panels).
 template <class T>
 void packed_gemm(int part, int parts, int /*slot*/, int64_t m, int64_t n, int64_t k, matrix<const T> a, panels<T> b, matrix<T> c,
                  bool accumulate, const epilogue<T>& epi = {}) {
