@@ -19,8 +19,8 @@ arithmetic too; below 1 only through the operators that docs/quantization.md lis
 differences then grow through the layers after them). On a host whose onnxruntime saturates u8 x s8 products (x86-64
 without VNNI: tests/ort_oracle.py) "= ort" compares with that file's exact oracle, onnxruntime running the model
 with its int8 weights stored as uint8; the timed onnxruntime is always the host's own session of the model as
-quantized; the header says which oracle "= ort" used. Also printed: top-1 agreement of the quantized model with the float
-one over 64 random inputs (the benchmark's check that the requantization is right, not only fast). With random
+quantized; the header says which oracle "= ort" used. Also printed: top-1 agreement of the quantized model with the
+float one over 64 random inputs (the benchmark's check that the requantization is right, not only fast). With random
 weights and random inputs a CNN's float model gives one class for every input ("classes": how many it gave), which
 any output agrees with; so also "top-1 c", the agreement of the argmax of each output less the float model's mean
 output (what varies with the input), beside "chance", what that reads when outputs of different inputs are paired.
