@@ -2952,10 +2952,17 @@ __attribute__((always_inline)) inline void across_reuse(const conv_shape& s, con
 }
 
 // The taps' weight vectors of channels [0, nc) (w: [nc, taps]; the lanes past nc zero).
+// (Channel by channel, the lanes past nc apart: with the AL lanes of a position as the inner loop, GCC unrolled and
+// vectorized it into a frame of 712 B on AVX2.)
 __attribute__((noinline)) inline void across_weights(const float* w, int64_t taps, int64_t nc, float* w16) {
-    for (int64_t t = 0; t < taps; ++t) {
-        for (int64_t c = 0; c < AL; ++c) {
-            w16[t * AL + c] = c < nc ? w[c * taps + t] : 0.0f;
+    for (int64_t c = 0; c < nc; ++c) {
+        for (int64_t t = 0; t < taps; ++t) {
+            w16[t * AL + c] = w[c * taps + t];
+        }
+    }
+    for (int64_t c = nc; c < AL; ++c) {
+        for (int64_t t = 0; t < taps; ++t) {
+            w16[t * AL + c] = 0.0f;
         }
     }
 }
