@@ -16,8 +16,11 @@ calibrated on 16 random inputs) in its QDQ and QOperator formats. All variants a
 (median of samples taken in turn, ratios < 1: ksbuild faster). Also printed: how many output elements equal
 onnxruntime's exactly ("= ort": 1.000 for every int8 row on x86-64 with AVX2, where QLinearAdd is onnxruntime's
 arithmetic too; below 1 only through the operators that docs/quantization.md lists as within one step, whose
-differences then grow through the layers after them), and top-1 agreement of the quantized model with the float
-one over 64 random inputs (the benchmark's check that the requantization is right, not only fast). With random
+differences then grow through the layers after them). On a host whose onnxruntime saturates u8 x s8 products (x86-64
+without VNNI: tests/ort_oracle.py) "= ort" compares with that file's exact oracle, onnxruntime running the model
+with its int8 weights stored as uint8; the timed onnxruntime is always the host's own session of the model as
+quantized; the header says which oracle "= ort" used. Also printed: top-1 agreement of the quantized model with the
+float one over 64 random inputs (the benchmark's check that the requantization is right, not only fast). With random
 weights and random inputs a CNN's float model gives one class for every input ("classes": how many it gave), which
 any output agrees with; so also "top-1 c", the agreement of the argmax of each output less the float model's mean
 output (what varies with the input), beside "chance", what that reads when outputs of different inputs are paired.
@@ -43,6 +46,26 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+
+
+def ort_oracle():
+    """tests/ort_oracle.py (by path, under a name of its own): onnxruntime as an exact oracle of int8 models."""
+    import importlib.util
+
+    if "ksbuild_ort_oracle" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("ksbuild_ort_oracle", HERE.parent.parent / "tests/ort_oracle.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules["ksbuild_ort_oracle"] = module
+    return sys.modules["ksbuild_ort_oracle"]
+
+
+def oracle_note(saturates: bool) -> str:
+    """The header's line on what "= ort" compares with."""
+    if saturates:
+        return ("# = ort: against tests/ort_oracle.py's exact oracle (this host's onnxruntime saturates u8 x s8 "
+                "products: no VNNI), int8 weights run as uint8; ort ms: the host's session of the model as quantized")
+    return "# = ort: against this host's onnxruntime session (its u8 x s8 products are exact here)"
 
 
 def kws_cnn():
@@ -272,12 +295,15 @@ def main(argv=None) -> int:
     head += f"{'classes':>8}{'top-1 c':>8}{'chance':>7}"
     print(f"# clock {args.clock}, 1 thread, median of {args.repeats} round-robin samples, load average "
           f"{os.getloadavg()[0]:.1f} (a row's ratio moves with the load: docs/quantization.md, the LSTM)")
+    oracle = ort_oracle()
+    print(oracle_note(oracle.saturates()))
     print(head)
     for name, (path, shape, model) in variants.items():
         sess = ort.InferenceSession(str(path), one_thread_options(), providers=["CPUExecutionProvider"])
+        exact = oracle.session(path, one_thread_options()) if oracle.saturates() else sess
         x = example(model, shape, 7)
         fn = getattr(pkg, name)
-        want, got = sess.run(None, {"x": x})[0], np.asarray(fn(x))
+        want, got = exact.run(None, {"x": x})[0], np.asarray(fn(x))
         same = np.count_nonzero(got == want) / want.size
         top1, err, classes, top1c, chance = "-", "-", "-", "-", "-"
         if not name.endswith("_f32"):

@@ -2706,11 +2706,11 @@ inline void sums(const T* base, const int64_t* offsets, int64_t taps, const T* w
 }
 
 
-// Small planes across channels: 16 channels at a time, each vector one position of the 16 planes (the planes
-// transposed into a zero-padded scratch), each tap one weight vector; the sums transposed back. A plane of 7 × 7
-// or 14 × 14 outputs then costs no copy, run or epilogue call of its own (measured on AVX-512, one thread, bias
-// + ReLU6: docs/performance.md "Depthwise convolutions"). Taps in the same order as the sums above: the same
-// results, bit for bit.
+// Small planes across channels: 16 channels at a time (8 on AVX2: AL below), each vector one position of the 16
+// planes (the planes transposed into a zero-padded scratch), each tap one weight vector; the sums transposed back. A
+// plane of 7 × 7 or 14 × 14 outputs then costs no copy, run or epilogue call of its own (measured on AVX-512, one
+// thread, bias + ReLU6: docs/performance.md "Depthwise convolutions"). Taps in the same order as the sums above: the
+// same results, bit for bit.
 constexpr int64_t across_positions = 3136;   // (the most output positions a plane may have to be computed whole)
 constexpr int64_t across_band = 1792;        // (larger planes: the output positions of a band of rows, about)
 
@@ -2734,10 +2734,10 @@ constexpr bool across_fits(const conv_shape& s) {
            (s.out[1] * s.out[2] <= across_positions || s.channels >= 8);
 }
 
-// Whether a convolution is computed across channels: float on AVX-512 and a shape that fits.
+// Whether a convolution is computed across channels: float on AVX-512 or AVX2 and a shape that fits.
 template <class T>
 constexpr bool across(const conv_shape& s) {
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
     return std::is_same_v<T, float> && across_fits(s);
 #else
     return s.out[0] < 0;  // (never; constexpr and s used on every level)
@@ -2749,24 +2749,96 @@ constexpr int64_t across_size(const conv_shape& s) {
     return 16 * (band_extent(s, band_rows(s)) * convs::extent(s, 2) + band_rows(s) * s.out[2] + s.taps() + 1);
 }
 
+#if defined(__AVX512F__) || defined(__AVX2__)
+// The vectors of the `across` path: AL channels of one position each, 16 on AVX-512, 8 on AVX2 (x86-64-v3, 16 ymm
+// registers: the same code, half the channels per pass; before, AVX2 ran every depthwise layer by the copy below,
+// 1.1-4.6 times onnxruntime's time on the MobileNets' 7 × 7 to 28 × 28 planes on an AMD Zen 3; across, 0.3-0.7 of
+// the copy's time at 7 × 7 to 112 × 112: docs/performance.md). The scratch is planned for 16 lanes on every level
+// (across_size), more than 8 need.
 #if defined(__AVX512F__)
-using convs::transpose16;
+constexpr int AL = 16;
+using lanes_v = __m512;
+using lanes_m = __mmask16;
+inline lanes_m lanes_mask(int64_t lo, int64_t hi, int64_t base) { return convs::lanes_in(lo, hi, base); }
+inline lanes_v zeros() { return _mm512_setzero_ps(); }
+inline lanes_v load_lanes(const float* p) { return _mm512_load_ps(p); }
+inline void store_lanes(float* p, lanes_v v) { _mm512_store_ps(p, v); }
+inline lanes_v load_masked(lanes_m m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
+inline void store_masked(float* p, lanes_m m, lanes_v v) { _mm512_mask_storeu_ps(p, m, v); }
+// The same where all lanes may be in m (whole): masked all the same (cheap on AVX-512).
+inline lanes_v load_part(lanes_m m, const float* p, bool) { return load_masked(m, p); }
+inline void store_part(float* p, lanes_m m, lanes_v v, bool) { store_masked(p, m, v); }
+inline lanes_v fmadd(lanes_v a, lanes_v b, lanes_v c) { return _mm512_fmadd_ps(a, b, c); }
+inline void transpose_lanes(lanes_v* r) { convs::transpose16(r); }
+#else
+constexpr int AL = 8;
+using lanes_v = __m256;
+using lanes_m = __m256i;
+// The lanes l whose place base + l lies in [lo, hi), as a mask (all bits of a lane set).
+inline lanes_m lanes_mask(int64_t lo, int64_t hi, int64_t base) {
+    const int64_t a = lo - base < 0 ? 0 : (lo - base > AL ? AL : lo - base);
+    const int64_t b = hi - base < 0 ? 0 : (hi - base > AL ? AL : hi - base);
+    const __m256i l = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(int(a)), l),
+                               _mm256_cmpgt_epi32(_mm256_set1_epi32(int(b)), l));
+}
+inline lanes_v zeros() { return _mm256_setzero_ps(); }
+inline lanes_v load_lanes(const float* p) { return _mm256_load_ps(p); }
+inline void store_lanes(float* p, lanes_v v) { _mm256_store_ps(p, v); }
+inline lanes_v load_masked(lanes_m m, const float* p) { return _mm256_maskload_ps(p, m); }
+inline void store_masked(float* p, lanes_m m, lanes_v v) { _mm256_maskstore_ps(p, m, v); }
+// The same, unmasked when all lanes are in m (whole): a masked store (vmaskmovps) is slow on AMD's cores (perf of
+// mobilenet_v2 on a Zen 3: across_out, its stores all masked, as much time as the sums).
+inline lanes_v load_part(lanes_m m, const float* p, bool whole) {
+    return whole ? _mm256_loadu_ps(p) : load_masked(m, p);
+}
+inline void store_part(float* p, lanes_m m, lanes_v v, bool whole) {
+    if (whole) {
+        _mm256_storeu_ps(p, v);
+    } else {
+        store_masked(p, m, v);
+    }
+}
+inline lanes_v fmadd(lanes_v a, lanes_v b, lanes_v c) { return _mm256_fmadd_ps(a, b, c); }
+// r[k] = lane c of the 8 vectors r becomes lane k of vector c (an 8 × 8 transpose: pairs of lanes, pairs of pairs
+// within each 128-bit half, then the halves).
+inline void transpose_lanes(lanes_v* r) {
+    __m256 t[8];
+    for (int i = 0; i < 4; ++i) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    __m256 u[8];
+    for (int i = 0; i < 2; ++i) {
+        const __m256d a = _mm256_castps_pd(t[4 * i]), b = _mm256_castps_pd(t[4 * i + 1]);
+        const __m256d c = _mm256_castps_pd(t[4 * i + 2]), d = _mm256_castps_pd(t[4 * i + 3]);
+        u[4 * i] = _mm256_castpd_ps(_mm256_unpacklo_pd(a, c));  // (rows 4i.., columns 0 and 4)
+        u[4 * i + 1] = _mm256_castpd_ps(_mm256_unpackhi_pd(a, c));
+        u[4 * i + 2] = _mm256_castpd_ps(_mm256_unpacklo_pd(b, d));
+        u[4 * i + 3] = _mm256_castpd_ps(_mm256_unpackhi_pd(b, d));
+    }
+    for (int k = 0; k < 4; ++k) {
+        r[k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x20);
+        r[4 + k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x31);
+    }
+}
+#endif
 
-// The padded rows j < e1 of a band whose image row (top + j) lies outside the image, zeroed (16 · e2 elements each).
+// The padded rows j < e1 of a band whose image row (top + j) lies outside the image, zeroed (AL · e2 elements each).
 inline void zero_padding_rows(float* planes, int64_t top, int64_t e1, int64_t rows, int64_t e2) {
     for (int64_t j = 0; j < e1; ++j) {
         if (top + j < 0 || top + j >= rows) {
-            for (int64_t i = 0; i < 16 * e2; ++i) {
-                planes[j * e2 * 16 + i] = 0.0f;
+            for (int64_t i = 0; i < AL * e2; ++i) {
+                planes[j * e2 * AL + i] = 0.0f;
             }
         }
     }
 }
 
-// Channels [c0, c0 + nc) of one image (nc ≤ 16) into the padded planes of a band, padded rows [y0, y0 + e1):
-// position (r, c) of the image at ((r + pad_h - y0) · E2 + c + pad_w) · 16, lane = channel. In bands, the band's
+// Channels [c0, c0 + nc) of one image (nc ≤ AL) into the padded planes of a band, padded rows [y0, y0 + e1):
+// position (r, c) of the image at ((r + pad_h - y0) · E2 + c + pad_w) · AL, lane = channel. In bands, the band's
 // rows of padding are zeroed (a row may have held the image in the band before); the columns of padding are the
-// zeros across_channels wrote once. 16 positions a step (they may span rows: a row of 7 or 14 fills no vector),
+// zeros across_channels wrote once. AL positions a step (they may span rows: a row of 7 or 14 fills no vector),
 // transposed in registers, then stored one place apart, skipping E2 - W places at the end of each row. The
 // shape's sizes are read once into locals (the stores may alias anything: GCC re-read and re-divided them for
 // every position, which was half of this function's time).
@@ -2779,35 +2851,36 @@ __attribute__((noinline)) inline void across_in(const conv_shape& s, const float
     if (band_rows(s) < s.out[1]) {  // (a whole plane: zeroed once, never written)
         zero_padding_rows(planes, top, e1, in1, e2);
     }
-    __m512 r[16];
+    lanes_v r[AL];
     const int64_t q1 = r1 * in2;
-    for (int64_t q = r0 * in2; q < q1; q += 16) {
-        const __mmask16 m = lanes_in(0, q1, q);
-        for (int64_t c = 0; c < 16; ++c) {
-            r[c] = c < nc ? _mm512_maskz_loadu_ps(m, x + c * n + q) : _mm512_setzero_ps();
+    for (int64_t q = r0 * in2; q < q1; q += AL) {
+        const lanes_m m = lanes_mask(0, q1, q);
+        const bool whole = q + AL <= q1;
+        for (int64_t c = 0; c < AL; ++c) {
+            r[c] = c < nc ? load_part(m, x + c * n + q, whole) : zeros();
         }
-        transpose16(r);
-        const int64_t row = q / in2, last = q1 - q < 16 ? q1 - q : 16;
+        transpose_lanes(r);
+        const int64_t row = q / in2, last = q1 - q < AL ? q1 - q : AL;
         int64_t col = q - row * in2;
-        float* at = planes + ((row - top) * e2 + col + pad) * 16;
+        float* at = planes + ((row - top) * e2 + col + pad) * AL;
 #pragma GCC unroll 16
-        for (int k = 0; k < 16; ++k) {  // (unrolled: r stays in registers)
+        for (int k = 0; k < AL; ++k) {  // (unrolled: r stays in registers)
             if (k < last && col < cols) {
-                _mm512_store_ps(at, r[k]);
+                store_lanes(at, r[k]);
             }
-            at += 16;
+            at += AL;
             if (++col == in2) {
                 col = 0;
-                at += (e2 - in2) * 16;
+                at += (e2 - in2) * AL;
             }
         }
     }
 }
 
-// U vectors of sums stored at out (16 elements apart), the affine epilogue applied (bias: the 16 channels').
+// U vectors of sums stored at out (AL elements apart), the affine epilogue applied (bias: the AL channels').
 template <int U>
-__attribute__((always_inline)) inline void across_store(const __m512* acc, float* out, const affine<float>& fin,
-                                                        __m512 bias) {
+__attribute__((always_inline)) inline void across_store(const lanes_v* acc, float* out, const affine<float>& fin,
+                                                        lanes_v bias) {
     for (int u = 0; u < U; ++u) {
         tiles::simd<float>::v v = acc[u];
         if (fin) {
@@ -2816,32 +2889,32 @@ __attribute__((always_inline)) inline void across_store(const __m512* acc, float
             v = v < lo ? lo : v;
             v = v > hi ? hi : v;
         }
-        _mm512_store_ps(out + u * 16, v);
+        store_lanes(out + u * AL, v);
     }
 }
 
-// U output positions of a row from (oh, ow): their 16 channels' sums into sums (position p at p · 16), w16 the
-// taps' weight vectors (each loaded once for the U), the affine epilogue applied (bias: the 16 channels').
+// U output positions of a row from (oh, ow): their AL channels' sums into sums (position p at p · AL), w16 the
+// taps' weight vectors (each loaded once for the U), the affine epilogue applied (bias: the AL channels').
 template <int U>
 inline void across_run(const conv_shape& s, const float* planes, const float* w16, float* sums, int64_t oh,
-                       int64_t ow, const affine<float>& fin, __m512 bias) {
-    const int64_t e2 = convs::extent(s, 2), kh = s.kernel[1], kw = s.kernel[2], step = s.stride[2] * 16;
-    const float* at = planes + (oh * s.stride[1] * e2 + ow * s.stride[2]) * 16;
-    __m512 acc[U];
+                       int64_t ow, const affine<float>& fin, lanes_v bias) {
+    const int64_t e2 = convs::extent(s, 2), kh = s.kernel[1], kw = s.kernel[2], step = s.stride[2] * AL;
+    const float* at = planes + (oh * s.stride[1] * e2 + ow * s.stride[2]) * AL;
+    lanes_v acc[U];
     for (int u = 0; u < U; ++u) {
-        acc[u] = _mm512_setzero_ps();
+        acc[u] = zeros();
     }
     for (int64_t i = 0; i < kh; ++i) {
-        const float* row = at + i * s.dilation[1] * e2 * 16;
+        const float* row = at + i * s.dilation[1] * e2 * AL;
         for (int64_t j = 0; j < kw; ++j) {
-            const __m512 wv = _mm512_load_ps(w16 + (i * kw + j) * 16);
-            const float* p = row + j * s.dilation[2] * 16;
+            const lanes_v wv = load_lanes(w16 + (i * kw + j) * AL);
+            const float* p = row + j * s.dilation[2] * AL;
             for (int u = 0; u < U; ++u) {
-                acc[u] = _mm512_fmadd_ps(wv, _mm512_load_ps(p + u * step), acc[u]);
+                acc[u] = fmadd(wv, load_lanes(p + u * step), acc[u]);
             }
         }
     }
-    across_store<U>(acc, sums + (oh * s.out[2] + ow) * 16, fin, bias);
+    across_store<U>(acc, sums + (oh * s.out[2] + ow) * AL, fin, bias);
 }
 
 // The same for a kernel KW wide, column stride S and dilation 1 (MobileNet's and EfficientNet's 3 × 3 and 5 × 5,
@@ -2851,45 +2924,52 @@ inline void across_run(const conv_shape& s, const float* planes, const float* w1
 template <int U, int KW, int S>
 __attribute__((always_inline)) inline void across_reuse(const conv_shape& s, const float* planes, const float* w16,
                                                         float* sums, int64_t oh, int64_t ow, const affine<float>& fin,
-                                                        __m512 bias) {
+                                                        lanes_v bias) {
     constexpr int loads = (U - 1) * S + KW;
-    const int64_t e2 = convs::extent(s, 2), kh = s.kernel[1], down = s.dilation[1] * e2 * 16;
-    const float* row = planes + (oh * s.stride[1] * e2 + ow * S) * 16;
-    __m512 acc[U];
+    const int64_t e2 = convs::extent(s, 2), kh = s.kernel[1], down = s.dilation[1] * e2 * AL;
+    const float* row = planes + (oh * s.stride[1] * e2 + ow * S) * AL;
+    lanes_v acc[U];
     for (int u = 0; u < U; ++u) {
-        acc[u] = _mm512_setzero_ps();
+        acc[u] = zeros();
     }
     for (int64_t i = 0; i < kh; ++i, row += down) {
-        __m512 wv[KW];
+        lanes_v wv[KW];
         for (int j = 0; j < KW; ++j) {
-            wv[j] = _mm512_load_ps(w16 + (i * KW + j) * 16);
+            wv[j] = load_lanes(w16 + (i * KW + j) * AL);
         }
 #pragma GCC unroll 32
         for (int v = 0; v < loads; ++v) {
-            const __m512 in = _mm512_load_ps(row + v * 16);
+            const lanes_v in = load_lanes(row + v * AL);
 #pragma GCC unroll 8
             for (int u = 0; u < U; ++u) {  // (tap j = v - u · S of position u, when the kernel has it)
                 if (v - u * S >= 0 && v - u * S < KW) {
-                    acc[u] = _mm512_fmadd_ps(wv[v - u * S], in, acc[u]);
+                    acc[u] = fmadd(wv[v - u * S], in, acc[u]);
                 }
             }
         }
     }
-    across_store<U>(acc, sums + (oh * s.out[2] + ow) * 16, fin, bias);
+    across_store<U>(acc, sums + (oh * s.out[2] + ow) * AL, fin, bias);
 }
 
 // The taps' weight vectors of channels [0, nc) (w: [nc, taps]; the lanes past nc zero).
+// (Channel by channel, the lanes past nc apart: with the AL lanes of a position as the inner loop, GCC unrolled and
+// vectorized it into a frame of 712 B on AVX2.)
 __attribute__((noinline)) inline void across_weights(const float* w, int64_t taps, int64_t nc, float* w16) {
-    for (int64_t t = 0; t < taps; ++t) {
-        for (int64_t c = 0; c < 16; ++c) {
-            w16[t * 16 + c] = c < nc ? w[c * taps + t] : 0.0f;
+    for (int64_t c = 0; c < nc; ++c) {
+        for (int64_t t = 0; t < taps; ++t) {
+            w16[t * AL + c] = w[c * taps + t];
+        }
+    }
+    for (int64_t c = nc; c < AL; ++c) {
+        for (int64_t t = 0; t < taps; ++t) {
+            w16[t * AL + c] = 0.0f;
         }
     }
 }
 
 // A row's last 1-3 positions from ow in one run (each weight loaded once for them: rows of 7 had run 3 times 1).
 inline void across_tail(const conv_shape& s, const float* planes, const float* w16, float* sums, int64_t oh,
-                        int64_t ow, const affine<float>& fin, __m512 bias) {
+                        int64_t ow, const affine<float>& fin, lanes_v bias) {
     const int64_t left = s.out[2] - ow;
     if (left == 3) {
         across_run<3>(s, planes, w16, sums, oh, ow, fin, bias);
@@ -2904,7 +2984,7 @@ inline void across_tail(const conv_shape& s, const float* planes, const float* w
 // in one run (a 14 × 14 layer 5-7% faster than with across_run for the 1-3, and 2.5 KB less code).
 template <int KW, int S>
 __attribute__((noinline)) void across_rows(const conv_shape& s, const float* planes, const float* w16, float* sums,
-                                           const affine<float>& fin, __m512 bias, int64_t rows) {
+                                           const affine<float>& fin, lanes_v bias, int64_t rows) {
     const int64_t width = s.out[2];
     for (int64_t oh = 0; oh < rows; ++oh) {
         int64_t ow = 0;
@@ -2931,8 +3011,7 @@ __attribute__((noinline)) void across_rows(const conv_shape& s, const float* pla
 // the bias has).
 __attribute__((noinline)) inline void across_sums(const conv_shape& s, const float* planes, const float* w16,
                                                   float* sums, const affine<float>& fin, int64_t nc, int64_t rows) {
-    const __m512 bias = fin && fin.bias != nullptr ? _mm512_maskz_loadu_ps(lanes_in(0, nc, 0), fin.bias)
-                                                   : _mm512_setzero_ps();
+    const lanes_v bias = fin && fin.bias != nullptr ? load_masked(lanes_mask(0, nc, 0), fin.bias) : zeros();
     const int64_t kw = s.kernel[2], sw = s.stride[2];
     if (s.dilation[2] == 1 && (kw == 3 || kw == 5) && (sw == 1 || sw == 2)) {
         return kw == 3 ? (sw == 1 ? across_rows<3, 1>(s, planes, w16, sums, fin, bias, rows)
@@ -2952,15 +3031,16 @@ __attribute__((noinline)) inline void across_sums(const conv_shape& s, const flo
 // The sums of channels [0, nc) at `positions` places back into their planes y (`plane` elements apart).
 __attribute__((noinline)) inline void across_out(const float* sums, int64_t positions, int64_t plane, int64_t nc,
                                                  float* y) {
-    __m512 r[16];
-    for (int64_t p = 0; p < positions; p += 16) {
-        for (int64_t k = 0; k < 16; ++k) {
-            r[k] = p + k < positions ? _mm512_load_ps(sums + (p + k) * 16) : _mm512_setzero_ps();
+    lanes_v r[AL];
+    for (int64_t p = 0; p < positions; p += AL) {
+        for (int64_t k = 0; k < AL; ++k) {
+            r[k] = p + k < positions ? load_lanes(sums + (p + k) * AL) : zeros();
         }
-        transpose16(r);
-        const __mmask16 m = lanes_in(0, positions, p);
+        transpose_lanes(r);
+        const lanes_m m = lanes_mask(0, positions, p);
+        const bool whole = p + AL <= positions;
         for (int64_t c = 0; c < nc; ++c) {
-            _mm512_mask_storeu_ps(y + c * plane + p, m, r[c]);
+            store_part(y + c * plane + p, m, r[c], whole);
         }
     }
 }
@@ -3027,14 +3107,14 @@ constexpr int64_t depthwise_scratch(const conv_shape& s) {
                : copied;
 }
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 // One band of output rows [o0, o0 + rows) of channels [c0, c0 + nc) (at x and yc) across channels, its epilogue
 // (eg, when fin does not apply it) over the band while it is in cache.
 __attribute__((noinline)) inline void across_band(const conv_shape& s, const float* x, float* yc, int64_t c0,
                                                   int64_t nc, int64_t o0, int64_t rows, float* planes, const float* w16,
                                                   const affine<float>& fin, const epilogue<float>& eg) {
     const int64_t n = s.positions(), at = o0 * s.out[2], count = rows * s.out[2];
-    float* sums = planes + 16 * depthwise::band_extent(s, depthwise::band_rows(s)) * convs::extent(s, 2);
+    float* sums = planes + depthwise::AL * depthwise::band_extent(s, depthwise::band_rows(s)) * convs::extent(s, 2);
     depthwise::across_in(s, x, nc, planes, o0 * s.stride[1], depthwise::band_extent(s, rows));
     depthwise::across_sums(s, planes, w16, sums, fin, nc, rows);
     depthwise::across_out(sums, count, n, nc, yc + at);
@@ -3495,20 +3575,22 @@ __attribute__((noinline)) inline void plane_images(const conv_shape& s, conv_dim
 
 }  // namespace depthwise
 
-// ks::conv_depthwise across channels (depthwise::across): 16 channels at a time, in bands of output rows.
+// ks::conv_depthwise across channels (depthwise::across): depthwise::AL channels at a time (16 on AVX-512, 8 on
+// AVX2), in bands of output rows.
 __attribute__((noinline)) inline void across_channels(const conv_shape& s, int64_t images, const float* x, const float* w, float* y,
                             float* scratch, const epilogue<float>& epi) {
+    constexpr int64_t AL = depthwise::AL;
     const int64_t taps = s.taps(), n = s.positions(), in = s.in_plane(), band = depthwise::band_rows(s);
-    const int64_t padded = 16 * depthwise::band_extent(s, band) * convs::extent(s, 2);
+    const int64_t padded = AL * depthwise::band_extent(s, band) * convs::extent(s, 2);
     float* planes = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t(63));
-    float* w16 = planes + padded + 16 * band * s.out[2];
+    float* w16 = planes + padded + AL * band * s.out[2];
     for (int64_t i = 0; i < padded; ++i) {
         planes[i] = 0.0f;  // (the padding; each group overwrites the image's places)
     }
     for (int64_t image = 0; image < images; ++image) {
         const epilogue<float> eg = epi.group(image, 0);
-        for (int64_t c0 = 0; c0 < s.channels; c0 += 16) {
-            const int64_t nc = s.channels - c0 < 16 ? s.channels - c0 : 16;
+        for (int64_t c0 = 0; c0 < s.channels; c0 += AL) {
+            const int64_t nc = s.channels - c0 < AL ? s.channels - c0 : AL;
             depthwise::across_weights(w + c0 * taps, taps, nc, w16);
             const affine<float> fin = eg.in_registers(c0);
             for (int64_t o0 = 0; o0 < s.out[1]; o0 += band) {
@@ -3538,6 +3620,10 @@ void conv_depthwise(const conv_shape& s, int64_t images, const T* x, const T* w,
             depthwise::plane_images(s, images, x, w, y, epi);
             return;
         }
+    }
+#endif
+#if defined(__AVX512F__) || defined(__AVX2__)
+    if constexpr (std::is_same_v<T, float>) {
         if (depthwise::across<T>(s)) {
             across_channels(s, images, x, w, y, scratch, epi);
             return;
