@@ -231,3 +231,27 @@ def test_cache_info_json_lists_the_builds(relu3_tree, tmp_path):
                     env=dict(os.environ, KSBUILD_CACHE=str(tmp_path / "none"), KSBUILD_CACHE_MAX_SIZE="1G"))
     assert json.loads(empty.stdout) == {"cache": str(tmp_path / "none"), "max_size_bytes": 2**30, "builds": [],
                                         "kernels": [], "python": []}
+
+
+def test_the_heartbeat_names_the_source_that_compiles_not_the_weights():
+    """CMake builds the weights' .S (one .incbin, instant) beside the network's .cpp: the "still compiling" lines
+    name the .cpp, which takes the time (a mobilenet_v3_large build said "still compiling cmp_data.S (20 s)")."""
+    import subprocess
+    import sys
+
+    from ksbuild.compile import cmake
+    script = ("import sys, time; print('[ 50%] Building CXX object CMakeFiles/net.dir/src/net.cpp.o'); "
+              "print('[ 60%] Building ASM object CMakeFiles/net.dir/src/net_data.S.o'); sys.stdout.flush(); "
+              "time.sleep(2.5)")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    said = []
+    heartbeat = cmake.HEARTBEAT
+    cmake.HEARTBEAT = 1.0
+    try:
+        cmake._communicate(proc, said.append)
+    finally:
+        cmake.HEARTBEAT = heartbeat
+    assert any(s.startswith("  compiling net_data.S (the weights)") for s in said), said
+    still = [s for s in said if s.startswith("  still compiling")]
+    assert still and all(s.startswith("  still compiling net.cpp") for s in still), said

@@ -33,10 +33,12 @@ HEARTBEAT = 15.0  # seconds between "still compiling" lines while one object com
 
 def _compile_step(line: str) -> str | None:
     """What a line of CMake's build output starts compiling, in words (None for other lines)."""
-    found = re.search(r"Building \w+ object CMakeFiles/(\w+)\.dir/(\S+?)\.o$", line.strip())
+    found = re.search(r"Building (\w+) object CMakeFiles/(\w+)\.dir/(\S+?)\.o$", line.strip())
     if not found:
         return None
-    target, source = found.groups()
+    language, target, source = found.groups()
+    if language == "ASM":  # (the weights' blob: one .incbin, assembled at once: codegen/data.py)
+        return f"{Path(source).name} (the weights)"
     if source.endswith("ks/kernels.cpp"):
         level, _, part = target.rpartition("_kernels_")[2].rpartition("_")
         what = {"products": "matrix products", "convs": "convolutions", "int8": "integer kernels"}.get(part, part)
@@ -61,8 +63,9 @@ def _communicate(proc: subprocess.Popen, progress: Progress | None) -> str:
         for line in lines[seen:]:
             step = _compile_step(line)
             if step and progress:
-                current, last = step, now
                 progress(f"  compiling {step} ({now - start:.0f} s)")
+                if "ASM object" not in line:  # (the heartbeat names an object that takes time, not the weights)
+                    current, last = step, now
         seen = len(lines)
         if progress and current and now - last >= HEARTBEAT:
             last = now
