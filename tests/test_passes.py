@@ -18,6 +18,7 @@ from ksbuild.ir.core import Func
 from ksbuild.ir.interp import eval_func
 from ksbuild.ir.printer import print_func
 from ksbuild.ir.verify import verify
+from ksbuild.prims.base import form_name
 from ksbuild.prims.lowering import contract
 from ksbuild.transforms.pipeline import PASSES, Options
 from ksbuild.transforms.rewrite import walk_funcs
@@ -112,7 +113,8 @@ def test_fused_reduction_is_one_nest(tmp_path):
     f = compile_python_kernel(src, "k", "f64")
     fused = dict(run_pipeline(f))["fuse"]
     assert [e.prim.name for e in fused.eqns] == ["fusion"]
-    assert [e.prim.name for e in fused.eqns[0].params["body"].eqns] == ["tanh", "mul", "reduce_sum"]
+    body = fused.eqns[0].params["body"].eqns
+    assert [form_name(e.prim, e.params) for e in body] == ["tanh", "mul", "reduce_sum"]  # (tanh: math[fn="tanh"])
 
 
 HORNER = """

@@ -12,6 +12,7 @@ from ksbuild.ir.interp import eval_func
 from ksbuild.ir.types import Type
 from ksbuild.ir.verify import verify
 from ksbuild.prims import PRIMS
+from ksbuild.prims.base import opted_out as opted_out_of
 from ksbuild.transforms import jvp, transpose, vjp, vmap
 
 NAMES = sorted(SAMPLES)
@@ -55,13 +56,13 @@ def sample(name, rng, batch=()):
     return args
 
 
-RAISING_JVP = ("digamma", "extern_call")  # (their jvp rules raise on purpose: the tests at the end of this file)
+RAISING_JVP = ("extern_call", "math:digamma")  # (their jvp rules raise on purpose: the tests at the end of this file)
 
 
 def differentiable(name):
     """Whether the sample's derivatives are checked: an f64 result (finite differences in f32 are too coarse) of a
     prim that does not opt out of its jvp (digamma: no trigamma; stop_gradient: zero by definition)."""
-    opted_out = any(o.startswith("jvp:") for o in PRIMS[prim_name(name)].opt_outs)
+    opted_out = bool(opted_out_of(PRIMS[prim_name(name)], SAMPLES[name][1], "jvp"))  # (the prim's or its form's)
     try:
         return one_eqn(name).out_types[0].dtype == "f64" and not opted_out
     except Exception:  # noqa: BLE001  (a broken rule: the sample's own tests fail, naming it, not the collection)
@@ -139,6 +140,7 @@ def test_record_is_complete(name, lowered_prims):
     sampled = [dict(SAMPLES[k][1]) for k in SAMPLES if prim_name(k) == name]
     for form, fixed in p.forms.items():  # (compare's lt ... ne: each form's C++ and eval are its own)
         assert any(s.items() >= fixed.items() for s in sampled), f"{name}: its form {form} has no sample"
+        assert not p.table or getattr(p.table.get(form), "doc", ""), f"{name}: its form {form} has no record with a doc"
     if p.transpose is not None and name not in STRUCTURED:
         assert name in DIFFERENTIATED, f"{name} has a transpose rule but no sample the dot-product test runs"
     assert bool(p.loop_remat) == (name in LOOP_RESIDUALS), \
@@ -237,7 +239,7 @@ def test_jvp_matches_finite_differences(name):
     np.testing.assert_allclose(got, fd, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if not differentiable(n) and prim_name(n) not in RAISING_JVP])
+@pytest.mark.parametrize("name", [n for n in NAMES if not differentiable(n) and n not in RAISING_JVP])
 def test_jvp_without_a_checked_derivative_runs(name):
     """The jvp rule of a sample whose derivative is not checked (an integer or bool result, f32, stop_gradient) still
     runs whenever a function holding it is differentiated: its jvp is a verified function (digamma's raises on
@@ -506,7 +508,7 @@ def test_digamma_derivative_is_an_explicit_error():
     """digamma's jvp is an opt-out: differentiating lgamma twice says so instead of guessing."""
     from ksbuild.errors import KsbuildError
     with pytest.raises(KsbuildError, match="trigamma"):
-        jvp_func(one_eqn("digamma"))
+        jvp_func(one_eqn("math:digamma"))
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if prim_name(n) == "lane_owned"])

@@ -27,12 +27,14 @@ VIEWS = {"reshape", "transpose", "slice", "index", "gather"}
 
 
 def _prims(f) -> Counter:
-    """Prim name (and a contraction's impl) of every equation, sub-functions included, views left out."""
+    """Prim name (a form's: sin for math[fn="sin"]; and a contraction's impl) of every equation, sub-functions
+    included, views left out."""
     from ksbuild.ir.core import Func
+    from ksbuild.prims.base import form_name
     out: Counter = Counter()
     for eqn in f.eqns:
         if eqn.prim.name not in VIEWS:
-            out[(eqn.prim.name, eqn.params.get("impl"))] += 1
+            out[(form_name(eqn.prim, eqn.params), eqn.params.get("impl"))] += 1  # (math's: sin, cos, ...)
         for v in eqn.params.values():
             if isinstance(v, Func):
                 out += _prims(v)

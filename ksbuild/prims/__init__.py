@@ -12,6 +12,7 @@ from . import (  # noqa: F401
     gather,
     lanes,
     lowering,
+    math_functions,
     pooling,
     qlinear,
     shape,

@@ -3,7 +3,9 @@
 Constructing a `Prim` registers it in `PRIMS`; there is no other registry. A prim that takes an operation as a
 param (compare[op="lt"], logic[op="and"]) names its forms in the record (`forms`): the Builder binds a form by its
 name (`b.lt(x, y)` is `b.compare(x, y, op="lt")`) and the IR text prints and reads it by that name (`lt(x, y)`);
-`FORMS` maps each form's name to its record and params, filled by the same construction.
+`FORMS` maps each form's name to its record and params, filled by the same construction. Where the forms differ by
+more than an operator (math's exp, log, tanh, ...: value, C++, derivative, facts), `table` holds a record per form,
+which the prim's rules read (`form_record` finds an equation's); the facts the passes ask about stay the prim's.
 
 Rule signatures (b is a Builder, atoms are Var/Lit, a tangent or cotangent of None is zero):
 - type_rule(in_types, **params) -> tuple[Type]
@@ -146,6 +148,7 @@ class Prim:
     costly: bool = False
     lazy: tuple[int, ...] = ()
     forms: dict = field(default_factory=dict)  # name -> params: `b.lt(x, y)` binds compare with op="lt"
+    table: dict = field(default_factory=dict)  # form name -> its record, which the rules read (math's MathFn)
     nonneg: Optional[Callable] = None
     int_value: Optional[Callable] = None
     declare: Optional[Callable] = None
@@ -167,6 +170,18 @@ class Prim:
 def lookup(name: str) -> tuple[Prim, dict]:
     """The prim a name binds and the params the name fixes: a prim's own name (no params) or one of its forms."""
     return (PRIMS[name], {}) if name in PRIMS else FORMS[name]
+
+
+def form_record(prim: Prim, params):
+    """The record of the form an equation of prim with params is (math[fn="exp"]: exp's MathFn), or None."""
+    return prim.table.get(form_name(prim, params))
+
+
+def opted_out(prim: Prim, params, which: str) -> str:
+    """Why prim (in the form its params pick) has no rule `which` ("jvp", ...): its `opt_outs` entry or its form
+    record's; "" when it has the rule."""
+    entries = prim.opt_outs + getattr(form_record(prim, params), "opt_outs", ())
+    return next((o.split(":", 1)[1].strip() for o in entries if o.startswith(which + ":")), "")
 
 
 def form_name(prim: Prim, params) -> str:

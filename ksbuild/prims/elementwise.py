@@ -88,11 +88,9 @@ def masked_mul(b, x, y):
     return b.mulz(x, y)
 
 
-def unary(name: str, fn, cpp: str, deriv, doc: str, numeric: bool = False, simplify=None,
-          singular: bool = False, **facts) -> Prim:
-    """A unary elementwise prim; deriv(b, x, y) is dy/dx (None: piecewise constant); `singular`: dy/dx may be
-    inf or nan at a finite x, so the tangent multiplies it with mulz; `facts`: other fields of the record (jvp=None:
-    not differentiable, its opt_outs saying why)."""
+def unary(name: str, fn, cpp: str, deriv, doc: str, numeric: bool = False, simplify=None, **facts) -> Prim:
+    """A unary elementwise prim (neg, abs, sign, floor; the float functions are prims/math_functions.py's math);
+    deriv(b, x, y) is dy/dx (None: piecewise constant), finite wherever x is; `facts`: other fields of the record."""
     prim: Prim
 
     def jvp(b, primals, tangents):
@@ -100,7 +98,7 @@ def unary(name: str, fn, cpp: str, deriv, doc: str, numeric: bool = False, simpl
         y = b.bind(prim, [x])[0]
         if tx is None or deriv is None:
             return [y], [None]
-        return [y], [scale(b, deriv(b, x, y), tx, singular)]
+        return [y], [scale(b, deriv(b, x, y), tx, False)]
 
     def ev(x, env=None):
         return _np_out(_dt(x), fn(x))
@@ -109,10 +107,9 @@ def unary(name: str, fn, cpp: str, deriv, doc: str, numeric: bool = False, simpl
         name=name,
         type_rule=numeric_type_rule(name) if numeric else float_type_rule(name),
         eval=ev,
-        jvp=facts.pop("jvp", jvp),
+        jvp=jvp,
         batch=lambda b, ins, batched, size: batch_elementwise(b, ins, batched, size, prim),
-        emit=facts.pop("emit", emit_format(cpp)),
-        costly=facts.pop("costly", not numeric and not facts.get("whole")),  # a float function (not floor)
+        emit=emit_format(cpp),
         elementwise=True,
         doc=doc,
         simplify=simplify,
@@ -467,22 +464,8 @@ def _trunc_div(x, y):
     return np.where(y == 0, 0, q).astype(x.dtype)
 
 
-# ---- unary math ---------------------------------------------------------------------------
-# each deriv is dy/dx written with the output y where that is cheaper
-# singular: exp and expm1 overflow (x > 709 in f64), log at 0, log1p at -1, sqrt at 0 (nan below 0)
-exp = unary("exp", np.exp, "ks::exp({0})", lambda b, x, y: y, "e^x", singular=True)  # d e^x = e^x
-log = unary("log", np.log, "ks::log({0})", lambda b, x, y: b.div(_one(b, x), x), "natural log",
-            singular=True)  # 1/x
-log1p = unary("log1p", np.log1p, "std::log1p({0})", lambda b, x, y: b.div(_one(b, x), b.add(_one(b, x), x)),
-              "log(1 + x)", singular=True)  # 1/(1+x)
-expm1 = unary("expm1", np.expm1, "std::expm1({0})", lambda b, x, y: b.add(y, _one(b, x)), "e^x - 1",
-              singular=True)  # e^x
-sqrt = unary("sqrt", np.sqrt, "std::sqrt({0})",
-             lambda b, x, y: b.div(b.lit(0.5, x.type.scalar()), y), "square root", singular=True)  # 1/(2 sqrt x)
-tanh = unary("tanh", np.tanh, "ks::tanh({0})", lambda b, x, y: b.sub(_one(b, x), b.mul(y, y)),
-             "hyperbolic tangent")  # 1 - tanh²
-sin = unary("sin", np.sin, "std::sin({0})", lambda b, x, y: b.cos(x), "sine")  # cos x
-cos = unary("cos", np.cos, "std::cos({0})", lambda b, x, y: b.neg(b.sin(x)), "cosine")  # -sin x
+# ---- unary math ----------------------------------------------------------------------------
+# (the float functions exp, log, tanh, ... are one prim, math, with a form each: prims/math_functions.py)
 def _abs_partial(b, x, y):
     """sign x, and 0 at NaN (torch's: a NaN masked away downstream, nan_to_num(|x|), then sends no NaN back)."""
     s = b.sign(x)
@@ -492,54 +475,6 @@ def _abs_partial(b, x, y):
 abs_ = unary("abs", np.abs, "ks::abs({0})", _abs_partial, "|x|", numeric=True)  # sign x
 sign = unary("sign", np.sign, "ks::sign({0})", None, "sign of x (0 at 0)", numeric=True)
 floor = unary("floor", np.floor, "std::floor({0})", None, "round down", whole="always")
-logistic = unary("logistic", lambda x: 1 / (1 + np.exp(-x)), "ks::logistic({0})",
-                 lambda b, x, y: b.mul(y, b.sub(_one(b, x), y)), "1 / (1 + e^-x)")  # y (1 - y)
-atan = unary("atan", np.arctan, "std::atan({0})",
-             lambda b, x, y: b.div(_one(b, x), b.add(_one(b, x), b.mul(x, x))), "arctangent")  # 1/(1+x²)
-
-
-erf = unary("erf", lambda x: np.vectorize(math.erf, otypes=[x.dtype])(x), "ks::erf({0})",
-            lambda b, x, y: b.mul(b.lit(2 / math.sqrt(math.pi), x.type.scalar()), b.exp(b.neg(b.mul(x, x)))),
-            "error function 2/√π ∫₀ˣ e^-t² dt")  # d erf = 2/√π e^-x²
-erfc = unary("erfc", lambda x: np.vectorize(math.erfc, otypes=[x.dtype])(x), "ks::erfc({0})",
-             lambda b, x, y: b.mul(b.lit(-2 / math.sqrt(math.pi), x.type.scalar()), b.exp(b.neg(b.mul(x, x)))),
-             "complementary error function 1 - erf x, precise where it is tiny")  # d erfc = -2/√π e^-x²
-
-
-
-def _np_digamma(x):
-    """ψ(x) as ks::digamma computes it: below 0 the reflection ψ(1 - x) - π / tan(πr) of x's distance r to
-    the nearest integer (tan has period π; πx would round away r's digits), then shifts up by
-    ψ(x) = ψ(x + 1) - 1/x until x >= 10, then the asymptotic series ln x - 1/(2x) - Σ B_2k / (2k x^2k)
-    (Abramowitz & Stegun 6.3.7, 6.3.18); ψ(±0) = ∓inf, NaN at the poles and at -inf, as torch."""
-    x0 = np.asarray(x, dtype=np.float64)
-    with np.errstate(all="ignore"):
-        whole = np.floor(x0)
-        neg, pole = x0 < 0, (x0 < 0) & (x0 == whole)
-        acc = np.where(neg & ~pole, -np.pi / np.tan(np.pi * (x0 - np.round(x0))), 0.0)
-        x = np.where(neg, 1.0 - x0, x0)
-        for _ in range(10):
-            small = x < 10
-            acc = acc - np.where(small, 1.0 / x, 0.0)
-            x = np.where(small, x + 1.0, x)
-        r = 1.0 / (x * x)
-        series = r * (1 / 12 - r * (1 / 120 - r * (1 / 252 - r * (1 / 240 - r * (1 / 132 - r * 691 / 32760)))))
-        out = acc + np.log(x) - 0.5 / x - series
-    out = np.where(pole, np.nan, out)
-    return np.where(x0 == 0, np.where(np.signbit(x0), np.inf, -np.inf), out)
-
-
-def _lgamma1(v: float) -> float:
-    """log |Γ(v)|, inf at the poles 0, -1, -2, ... (C's and torch's; math.lgamma raises there)."""
-    return math.inf if v <= 0 and v == math.floor(v) else math.lgamma(v)
-
-
-lgamma = unary("lgamma", lambda x: np.vectorize(_lgamma1, otypes=[x.dtype])(x), "std::lgamma({0})",
-               lambda b, x, y: b.digamma(x), "log |Γ(x)|", singular=True)  # d lgamma = digamma (poles at 0, -1, ...)
-digamma = unary("digamma", lambda x: _np_digamma(x).astype(x.dtype), "ks::digamma({0})", None,
-                "ψ(x) = d/dx log Γ(x)", jvp=None,
-                opt_outs=("jvp: its derivative (trigamma) is not supported: lgamma can be differentiated once, not "
-                          "twice",))
 
 
 def _ipow_rule(in_types, n):
