@@ -9,9 +9,16 @@ simplification, a doubled expansion, fusible and nonneg flipped, a rows or along
 narrowed, int_value + 1, select_backend and inplace removed, parallel flipped, scratch halved, and each fact the record
 states removed (a reduction made another kind).
 
-Run i (MUT_RUN=i) breaks the i-th mutant of every prim at once, each active only while a test whose `name` parameter
-is a sample of that prim (or the prim) runs, or while test_prims_compiled lowers and renders that prim's samples: one
-run of the prim tests checks one mutant of every prim (14 runs for all of them):
+A prim whose forms differ by a record of their own (Prim.table: math's MathFn per function) is audited per form too:
+the unit `math` holds the record's mutants, active in every test naming math or one of its forms (math:exp, ...), and
+each unit `math:<fn>` the mutants of that function's record (its value + 1, its derivative doubled, its C++ + 1 and
+not compiling, singular flipped, an opt-out removed: mutants_of_form), active only in the tests naming that form;
+they come after the record's in the run order (runs k, k + 1, ... for a record with k mutants), so that no run has
+two of one prim active at once.
+
+Run i (MUT_RUN=i) breaks the i-th mutant of every prim (of every unit) at once, each active only while a test whose
+`name` parameter is a sample of that prim (or the prim) runs, or while test_prims_compiled lowers and renders that
+prim's samples: one run of the prim tests checks one mutant of every prim (14 runs for all of them):
 
     cd <repo>; for i in $(seq 0 13); do MUT_RUN=$i MUT_OUT=/tmp/m/A$i.json PYTHONPATH=.:scripts nice -n 10 \
         python -m pytest -q -p no:cacheprovider --tb=line -p mutate_prims tests/test_prims.py tests/test_prim_facts.py \
@@ -283,17 +290,64 @@ def mutants_of(p: Prim):
     return out
 
 
-ALL = {n: mutants_of(p) for n, p in PRIMS.items()}
+def mutants_of_form(p: Prim, form: str):
+    """[("table", kind, the table with form's record broken)] for each part of the record of one form of p (a
+    MathFn: numpy, deriv, cpp, singular, opt_outs)."""
+    from dataclasses import replace
+    r = p.table[form]
+    out = []
+
+    def add(kind, **changed):
+        out.append(("table", kind, {**p.table, form: replace(r, **changed)}))
+    value = r.numpy
+    add("numpy:plus1", numpy=lambda x: _plus(np.asarray(value(x))))
+    if r.deriv is not None:
+        d = r.deriv
+        add("deriv:double", deriv=lambda b, x, y: _double(b, d(b, x, y)))
+    add("cpp:plus1", cpp=f"({r.cpp} + 1)")
+    add("cpp:nocompile", cpp=f"{r.cpp} ks_mutant_does_not_compile_{form}")
+    add("singular:flip", singular=not r.singular)
+    if r.opt_outs:
+        add("opt_outs:off", opt_outs=())
+    return out
+
+
+def units():
+    """unit -> its mutants in run order (None: none in that run): a prim's, and for a prim with a table of form
+    records each form's, after the prim's."""
+    out = {}
+    for n, p in PRIMS.items():
+        out[n] = mutants_of(p)
+        for form in p.table:
+            out[f"{n}:{form}"] = [None] * len(out[n]) + mutants_of_form(p, form)
+    return out
+
+
+ALL = units()
+
+
+def prim_of_unit(unit: str) -> str:
+    return unit.split(":")[0]
+
+
+def _active(name: str):
+    """The mutants of prim `name` active now: every one of its units' in global mode; else the active unit's and,
+    for a form's unit (math:exp), its prim's."""
+    if GLOBAL[0]:
+        return [m for u, m in MUT.items() if prim_of_unit(u) == name]
+    unit = ACTIVE[0]
+    if unit is None or prim_of_unit(unit) != name:
+        return []
+    return [MUT[u] for u in dict.fromkeys((unit, name)) if u in MUT]
 
 
 class MutPrim(Prim):
     def __getattribute__(self, attr):
         if attr.startswith("__"):
             return object.__getattribute__(self, attr)
-        name = object.__getattribute__(self, "name")
-        m = MUT.get(name)
-        if m is not None and m[0] == attr and (GLOBAL[0] or ACTIVE[0] == name):
-            return m[2]
+        for m in _active(object.__getattribute__(self, "name")):
+            if m[0] == attr:
+                return m[2]
         return object.__getattribute__(self, attr)
 
 
@@ -302,14 +356,24 @@ def install():
         object.__setattr__(p, "__class__", MutPrim)
 
 
-def prim_of(item):
+def unit_of(sample: str) -> str:
+    """The unit a sample exercises: its prim, or for a prim with a table of form records its form (math:exp)."""
     from prim_samples import SAMPLES, prim_name
+
+    from ksbuild.prims.base import form_name
+    p = PRIMS[prim_name(sample)]
+    return f"{p.name}:{form_name(p, SAMPLES[sample][1])}" if p.table else p.name
+
+
+def prim_of(item):
+    """The unit a test names: its `name` param's (a sample, a prim), or a prim named in the test's name."""
+    from prim_samples import SAMPLES
     cs = getattr(item, "callspec", None)
     n = cs.params.get("name") if cs is not None else None
     if isinstance(n, str):
         if n in SAMPLES:
-            return prim_name(n)
-        if n in PRIMS:
+            return unit_of(n)
+        if n in PRIMS or n in ALL:
             return n
     fn = item.originalname if hasattr(item, "originalname") else item.name
     toks = set(fn.split("_"))
@@ -326,18 +390,18 @@ RAISED: dict[str, str] = {}   # sample -> what raised while building its exports
 def pytest_configure(config):
     install()
     if os.environ.get("MUT_LOWER"):  # one mutant of a prim only the passes make, active everywhere
-        p, i = os.environ["MUT_LOWER"].split(":")
+        p, i = os.environ["MUT_LOWER"].rsplit(":", 1)
         GLOBAL[0] = True
         MUT[p] = ALL[p][int(i)]
         RESULTS.setdefault("idx", {})[p] = int(i)
     elif os.environ.get("MUT_ONLY"):
         GLOBAL[0] = True
         for spec in os.environ["MUT_ONLY"].split(","):
-            p, i = spec.split(":")
+            p, i = spec.rsplit(":", 1)
             MUT[p] = ALL[p][int(i)]
     elif os.environ.get("MUT_SPEC"):  # per-prim mode, one chosen mutant of each prim named
         for spec in os.environ["MUT_SPEC"].split(","):
-            p, i = spec.split(":")
+            p, i = spec.rsplit(":", 1)
             MUT[p] = ALL[p][int(i)]
             RESULTS.setdefault("idx", {})[p] = int(i)
     else:
@@ -345,9 +409,10 @@ def pytest_configure(config):
         skip = set()
         if os.environ.get("MUT_SKIP_CAUGHT"):  # a phase-A result: leave out the mutants it caught
             d = json.load(open(os.environ["MUT_SKIP_CAUGHT"]))
-            skip = {d["prim_of"].get(n) for n in d["failed"]}
+            failed = {d["prim_of"].get(n) for n in d["failed"]} - {None}
+            skip = failed | {prim_of_unit(u) for u in failed}  # (a form's failure: its mutant's or its prim's)
         for p, ms in ALL.items():
-            if i < len(ms) and p not in skip:
+            if i < len(ms) and ms[i] is not None and p not in skip:
                 MUT[p] = ms[i]
 
 
@@ -373,8 +438,8 @@ def pytest_collection_finish(session):
         return
     from prim_samples import SAMPLES, prim_name
     if os.environ.get("MUT_SKIP_CAUGHT") or os.environ.get("MUT_SPEC"):  # only the samples of prims with a mutant
-        mod.NAMES = [n for n in mod.NAMES if prim_name(n) in MUT]
-        mod.BLAS_NAMES = [n for n in mod.BLAS_NAMES if prim_name(n) in MUT]
+        mod.NAMES = [n for n in mod.NAMES if {unit_of(n), prim_name(n)} & set(MUT)]
+        mod.BLAS_NAMES = [n for n in mod.BLAS_NAMES if {unit_of(n), prim_name(n)} & set(MUT)]
     by_export = {}
     for s in SAMPLES:
         e = mod.export_name(s)
@@ -390,7 +455,7 @@ def pytest_collection_finish(session):
         return memo[name]
 
     def _funcs(name):
-        ACTIVE[0] = prim_name(name)
+        ACTIVE[0] = unit_of(name)
         try:
             return orig_funcs(name)
         except Exception as e:  # noqa: BLE001
@@ -405,7 +470,7 @@ def pytest_collection_finish(session):
     def lowered(f, backend):
         s = by_export.get(f.name)
         inputs[f.name] = (f, backend)
-        ACTIVE[0] = prim_name(s) if s else None
+        ACTIVE[0] = unit_of(s) if s else None
         try:
             return orig_lowered(f, backend)
         except Exception as e:  # noqa: BLE001
@@ -420,7 +485,7 @@ def pytest_collection_finish(session):
 
     def export_view(package, name, f, *a, **k):
         s = by_export.get(name)
-        ACTIVE[0] = prim_name(s) if s else None
+        ACTIVE[0] = unit_of(s) if s else None
         try:
             return orig_view(package, name, f, *a, **k)
         except Exception as e:  # noqa: BLE001
@@ -449,14 +514,20 @@ def _prims_in(f) -> set:
     return found
 
 
+def _named(item) -> bool:
+    """Whether the test names a unit with a mutant (or a form of a prim with one)."""
+    unit = prim_of(item)
+    return unit is not None and (unit in MUT or prim_of_unit(unit) in MUT)
+
+
 def pytest_collection_modifyitems(session, config, items):
     if os.environ.get("MUT_LOWER"):  # only the tests named after the lowering prim
-        keep = [it for it in items if prim_of(it) in MUT]
+        keep = [it for it in items if _named(it)]
         config.hook.pytest_deselected(items=[it for it in items if it not in keep])
         items[:] = keep
         return
     if (os.environ.get("MUT_SKIP_CAUGHT") or os.environ.get("MUT_SPEC")) and not GLOBAL[0]:
-        keep = [it for it in items if prim_of(it) in MUT or "test_prims_compiled" not in it.nodeid]
+        keep = [it for it in items if _named(it) or "test_prims_compiled" not in it.nodeid]
         config.hook.pytest_deselected(items=[it for it in items if it not in keep])
         items[:] = keep
 
@@ -482,6 +553,8 @@ def pytest_sessionfinish(session, exitstatus):
     out = os.environ.get("MUT_OUT")
     if out:
         RESULTS["mut"] = {p: [m[0], m[1]] for p, m in MUT.items()}
+        named = [RESULTS["prim_of"].get(t) or "" for t in RESULTS["failed"]]
+        RESULTS["caught"] = sorted(u for u in MUT if any(n == u or prim_of_unit(n) == u for n in named))
         RESULTS["raised"] = RAISED
         with open(out, "w") as fh:
             json.dump(RESULTS, fh)

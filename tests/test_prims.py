@@ -535,3 +535,24 @@ def test_a_stopped_gradient_is_zero(name):
     xs, dx = np.array([0.5, -2.0, 3.0]), np.array([1.0, 0.25, -1.0])
     np.testing.assert_array_equal(eval_func(jvp.jvp_func(f), [xs, dx])[1], xs * dx)
     np.testing.assert_array_equal(eval_func(vjp.vjp_func(f), [xs, np.ones(3)])[0], xs)
+
+
+SINGULAR_CANDIDATES = (0.0, -1.0, 710.0)  # (log, sqrt and lgamma at 0, log1p at -1, exp and expm1 past f64's overflow)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if PRIMS[prim_name(n)].table and differentiable(n)])
+def test_a_form_is_singular_where_its_derivative_is_infinite(name):
+    """A form record's `singular` (math's MathFn: dy/dx may be inf or nan at a finite x, so the tangent multiplies it
+    with mulz): the form says so exactly when its derivative is inf or nan at one of a few finite points, and there a
+    zero tangent stays 0 (a plain product would give 0 · inf = nan)."""
+    from ksbuild.prims.base import form_record
+    types, params, _, _ = SAMPLES[name]
+    b = Builder()
+    x = Var(Type("f64"), "x")
+    f = jvp_func(b.func(name.replace(":", "_"), [x], list(b.bind(PRIMS[prim_name(name)], [x], params))))
+    with np.errstate(all="ignore"):
+        slopes = {v: float(eval_func(f, [np.float64(v), np.float64(1.0)])[1]) for v in SINGULAR_CANDIDATES}
+        zeros = {v: float(eval_func(f, [np.float64(v), np.float64(0.0)])[1]) for v in SINGULAR_CANDIDATES}
+    infinite = [v for v, d in slopes.items() if not np.isfinite(d)]
+    assert form_record(PRIMS[prim_name(name)], params).singular == bool(infinite), slopes
+    assert all(zeros[v] == 0 for v in infinite), zeros
