@@ -12,9 +12,9 @@ states removed (a reduction made another kind).
 A prim whose forms differ by a record of their own (Prim.table: math's MathFn per function) is audited per form too:
 the unit `math` holds the record's mutants, active in every test naming math or one of its forms (math:exp, ...), and
 each unit `math:<fn>` the mutants of that function's record (its value + 1, its derivative doubled, its C++ + 1 and
-not compiling, singular flipped, an opt-out removed: mutants_of_form), active only in the tests naming that form;
-they come after the record's in the run order (runs k, k + 1, ... for a record with k mutants), so that no run has
-two of one prim active at once.
+not compiling, singular flipped if it has a derivative, an opt-out removed: mutants_of_form), active only in the
+tests naming that form; they come after the record's in the run order (runs k, k + 1, ... for a record with k
+mutants), so that no run has two of one prim active at once.
 
 Run i (MUT_RUN=i) breaks the i-th mutant of every prim (of every unit) at once, each active only while a test whose
 `name` parameter is a sample of that prim (or the prim) runs, or while test_prims_compiled lowers and renders that
@@ -306,7 +306,8 @@ def mutants_of_form(p: Prim, form: str):
         add("deriv:double", deriv=lambda b, x, y: _double(b, d(b, x, y)))
     add("cpp:plus1", cpp=f"({r.cpp} + 1)")
     add("cpp:nocompile", cpp=f"{r.cpp} ks_mutant_does_not_compile_{form}")
-    add("singular:flip", singular=not r.singular)
+    if r.deriv is not None:  # (without a derivative, singular says nothing)
+        add("singular:flip", singular=not r.singular)
     if r.opt_outs:
         add("opt_outs:off", opt_outs=())
     return out
