@@ -1,4 +1,5 @@
-"""Elementwise primitives: unary math, binary arithmetic, comparisons, logic, select, convert.
+"""Elementwise primitives: neg, abs, sign, floor, binary arithmetic, comparisons, logic, select, convert (the float
+functions of one operand, exp, log, tanh, ...: prims/math_functions.py).
 
 All broadcast like numpy. Derivative rules are written as the partial derivatives of the
 scalar function; the factories turn them into jvp (sum of partial * tangent), transpose

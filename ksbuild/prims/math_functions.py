@@ -25,7 +25,7 @@ from ..errors import KsbuildError
 from ..ir.types import dtype_of, numpy_dtype
 from .base import Prim, opted_out
 from .common import broadcast_types
-from .elementwise import batch_elementwise, scale
+from .elementwise import _one, batch_elementwise, scale
 
 
 @dataclass(frozen=True)
@@ -44,10 +44,6 @@ class MathFn:
     doc: str
     singular: bool = False
     opt_outs: tuple[str, ...] = ()
-
-
-def _one(b, x):
-    return b.lit(1, x.type.scalar())
 
 
 def _np_digamma(x):
