@@ -60,7 +60,7 @@ class _Verifier:
         for p in f.params:
             self.define(p, scope, f"{where}, parameter")
         for i, eqn in enumerate(f.eqns):
-            at = f"{where}, equation {i} ({getattr(eqn.prim, 'name', eqn.prim)})"
+            at = f"{where}, equation {i} ({_named(eqn)})"
             self.eqn(eqn, scope, at)
         for r in f.results:
             self.use(r, scope, f"{where}, results")
@@ -107,3 +107,9 @@ class _Verifier:
         if got != want:
             shown = lambda ts: ", ".join(map(str, ts))  # noqa: E731
             raise self.fail(where, f"out types ({shown(got)}) differ from the type rule's ({shown(want)})")
+
+
+def _named(eqn: Eqn) -> str:
+    """The equation's prim by the name its form is written with (exp for math[fn="exp"], lt for compare[op="lt"])."""
+    from ..prims.base import Prim, form_name
+    return form_name(eqn.prim, eqn.params) if isinstance(eqn.prim, Prim) else str(getattr(eqn.prim, "name", eqn.prim))
