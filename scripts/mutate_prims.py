@@ -136,8 +136,8 @@ def mutants_of(p: Prim):
         outs, tans = jv(b, primals, tangents, **params)
         return outs, [(b.exp(o) if o.type.is_float else None) if t is None else
                       (_double(b, t) if isinstance(t, (Var, Lit)) else t) for o, t in zip(outs, tans)]
-    if jv is not None:
-        add("jvp", "double", jvp2)
+    if jv is not None and not any(e.startswith("jvp:") for e in p.opt_outs):  # (a jvp rule that is the
+        add("jvp", "double", jvp2)  # opted-out error, extern_call's, raises first: doubling it changes nothing)
     bt = o.batch
 
     def batch2(b, ins, batched, size, **params):
