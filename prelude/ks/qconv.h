@@ -586,8 +586,11 @@ __attribute__((target("avx2"))) inline __m256i odd_bytes(__m256i v) {
 // depth and requantizes them there. The broadcast operand's rows (the weights of a convolution, the rows of a matrix
 // product) are widened avx2_chunk quads at a time into a buffer on the stack and broadcast from it (vpbroadcastd
 // from memory: a load, no vector instruction), so that a quad costs per row and vector two vpmaddwd and two
-// additions, and per vector (shared by the rows) the widening of its bytes: about 2.4 instructions per vpmaddwd
-// where widening both operands in registers took 3 (the widened rows computed again for every vector).
+// additions, and per vector (shared by the rows) the widening of its bytes: about 2.3 vector instructions per
+// vpmaddwd where widening both in registers took 3. (On the Zen 3 of the twentieth session the tile alone ran as
+// fast with the rows widened in registers: there vpmaddwd and vpaddd share three pipes, 16 of each took 10.3 cycles
+// and 16 vpmaddwd alone 7.9, which bounds both forms near 24 products a cycle; onnxruntime's inexact vpmaddubsw,
+// vpmaddwd by ones and vpaddd, three instructions per 32 products, near 32.)
 constexpr conv_dim avx2_chunk = 8;
 
 // The quads k0 .. k0 + n of the 4 rows at a (a tile's [quad][8][4], from its row r0) as int16 pairs: wide[k][0] the
@@ -608,12 +611,26 @@ __attribute__((target("avx2"))) inline __m256i lanes_below(conv_dim n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-// The low bytes of v's 8 int32 lanes (each already within its 8-bit type), stored at y: n of them (n <= 8).
-__attribute__((target("avx2"))) inline void store_bytes(__m256i v, uint8_t* y, conv_dim n) {
-    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));  // (exact: in int16)
-    const __m128i bytes = _mm_packus_epi16(_mm_and_si128(w, _mm_set1_epi16(0x00ff)), w);
-    if (n >= 8) {
-        _mm_storel_epi64(reinterpret_cast<__m128i*>(y), bytes);
+// The low bytes of the int32 lanes of v[0 .. V) (each already within its 8-bit type), stored at y: n of them (up to
+// 8·V; two vectors packed together, their 16 bytes put in order with one vpermd).
+template <int V>
+__attribute__((target("avx2"), always_inline)) inline void store_bytes(const __m256i (&v)[V], uint8_t* y, conv_dim n) {
+    const __m256i low = _mm256_set1_epi16(0x00ff);
+    __m128i bytes;
+    if (V == 1) {
+        const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v[0]), _mm256_extracti128_si256(v[0], 1));
+        bytes = _mm_packus_epi16(_mm_and_si128(w, _mm256_castsi256_si128(low)), w);  // (exact: in int16)
+    } else {  // (per 128-bit lane: positions 0-3 of v[0], of v[1]; then 4-7 of each)
+        const __m256i w = _mm256_and_si256(_mm256_packs_epi32(v[0], v[V - 1]), low);
+        const __m256i b = _mm256_packus_epi16(w, w);
+        bytes = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 0, 0, 0, 0)));
+    }
+    if (n >= 8 * V) {
+        if (V == 1) {
+            _mm_storel_epi64(reinterpret_cast<__m128i*>(y), bytes);
+        } else {
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(y), bytes);
+        }
         return;
     }
     alignas(16) uint8_t t[16];
@@ -624,32 +641,40 @@ __attribute__((target("avx2"))) inline void store_bytes(__m256i v, uint8_t* y, c
 }
 
 // The R × V sums of a block (rows r0 .., columns c0 ..) stored as o says: requantized to bytes (vcvtps2dq rounds
-// half to even, as requantize), or as int32 (o.sums).
+// half to even, as requantize), or as int32 (o.sums). (o's fields copied first: the byte stores may alias them.)
 template <int R, int V>
 __attribute__((target("avx2"), always_inline)) inline void store_block(__m256i (&c)[R][V], const tile_out& o, int r0,
                                                                        int c0) {
-    const conv_dim n = o.count - c0;  // (columns to store: up to 8·V)
-    const bool by_row = o.by_row, one_scale = o.one_scale;
+    const conv_dim n = o.count - c0, ld = o.ld;  // (n: the columns to store, 8·(V - 1) < n <= 8·V)
+    const bool by_row = o.by_row, one_scale = o.one_scale, sums = o.sums;
+    const int32_t* offsets = o.offsets;
+    const float* scales = o.scale;
+    uint8_t* y = o.y;
+    const __m256 lo = _mm256_set1_ps(o.lo), hi = _mm256_set1_ps(o.hi);
+    const __m256i zero = _mm256_set1_epi32(o.zero);
+    __m256i live[V], off[V];
+    __m256 col_scale[V];
     KS_UNROLL for (int h = 0; h < V; ++h) {
-        const conv_dim nh = n - 8 * h;
-        if (nh <= 0) {
-            break;
-        }
-        const __m256i live = lanes_below(nh);
-        const __m256i off = by_row ? _mm256_setzero_si256() : _mm256_maskload_epi32(o.offsets + c0 + 8 * h, live);
-        const __m256 col_scale = one_scale ? _mm256_set1_ps(o.scale[0])
-                                           : (by_row ? _mm256_setzero_ps() : _mm256_maskload_ps(o.scale + c0 + 8 * h, live));
-        KS_UNROLL for (int r = 0; r < R; ++r) {
-            const __m256i s = _mm256_add_epi32(c[r][h], by_row ? _mm256_set1_epi32(o.offsets[r0 + r]) : off);
-            if (o.sums) {
-                _mm256_maskstore_epi32(reinterpret_cast<int*>(o.y) + (r0 + r) * o.ld + c0 + 8 * h, live, s);
+        live[h] = lanes_below(n - 8 * h);
+        off[h] = by_row ? _mm256_setzero_si256() : _mm256_maskload_epi32(offsets + c0 + 8 * h, live[h]);
+        col_scale[h] = one_scale ? _mm256_set1_ps(scales[0])
+                       : by_row  ? _mm256_setzero_ps()
+                                 : _mm256_maskload_ps(scales + c0 + 8 * h, live[h]);
+    }
+    KS_UNROLL for (int r = 0; r < R; ++r) {
+        __m256i out[V];
+        KS_UNROLL for (int h = 0; h < V; ++h) {
+            const __m256i s = _mm256_add_epi32(c[r][h], by_row ? _mm256_set1_epi32(offsets[r0 + r]) : off[h]);
+            if (sums) {
+                _mm256_maskstore_epi32(reinterpret_cast<int*>(y) + (r0 + r) * ld + c0 + 8 * h, live[h], s);
                 continue;
             }
-            const __m256 scale = by_row && !one_scale ? _mm256_set1_ps(o.scale[r0 + r]) : col_scale;
-            __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(s), scale);
-            v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(o.lo)), _mm256_set1_ps(o.hi));
-            store_bytes(_mm256_add_epi32(_mm256_cvtps_epi32(v), _mm256_set1_epi32(o.zero)),
-                        o.y + (r0 + r) * o.ld + c0 + 8 * h, nh);
+            const __m256 scale = by_row && !one_scale ? _mm256_set1_ps(scales[r0 + r]) : col_scale[h];
+            const __m256 v = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s), scale), lo), hi);
+            out[h] = _mm256_add_epi32(_mm256_cvtps_epi32(v), zero);
+        }
+        if (!sums) {
+            store_bytes<V>(out, y + (r0 + r) * ld + c0, n);
         }
     }
 }
@@ -2348,7 +2373,7 @@ __attribute__((noinline)) void depthwise_sums_dsp(const TX* image, const int32_t
 }
 #endif
 #ifdef KS_QTILE_X86
-// depthwise_plane's sums with AVX2 (the CPUs without the in-place AVX-512 kernels): 16 positions in two registers
+// depthwise_plane's sums with AVX2 (x86-64-v3 without VNNI, tile level 1): 16 positions in two registers
 // over all the taps, two taps at a time: their bytes widened to int16 and interleaved into pairs (position i's byte
 // of tap t beside its byte of tap t + 1) and multiplied by the two weights with vpmaddwd (exact), then requantized in
 // the registers into `bytes`. pairs[p]: the weights of taps 2p and 2p + 1 as int16 (the second 0 past the taps).
@@ -2379,7 +2404,8 @@ __attribute__((target("avx2"), noinline)) void depthwise_sums_avx2(const uint8_t
         }
         const __m256 v0 = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(c0), vs), vlo), vhi);
         const __m256 v1 = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(c1), vs), vlo), vhi);
-        const __m256i y0 = _mm256_add_epi32(_mm256_cvtps_epi32(v0), vz), y1 = _mm256_add_epi32(_mm256_cvtps_epi32(v1), vz);
+        const __m256i y0 = _mm256_add_epi32(_mm256_cvtps_epi32(v0), vz);
+        const __m256i y1 = _mm256_add_epi32(_mm256_cvtps_epi32(v1), vz);
         const __m256i w16 = _mm256_and_si256(_mm256_packs_epi32(y0, y1), mask);  // (in order per 128-bit lane)
         const __m256i b8 = _mm256_packus_epi16(w16, w16);  // (bytes 0-7 of each lane: positions 0-7, 8-15)
         _mm_storeu_si128(reinterpret_cast<__m128i*>(bytes + i),
@@ -2398,7 +2424,7 @@ __attribute__((noinline)) void depthwise_plane(const conv_shape& s, const wide_g
     const conv_dim taps = s.taps();
     const float lo = static_cast<float>(q.lo - q.y_zero), hi = static_cast<float>(q.hi - q.y_zero);
 #ifdef KS_QTILE_X86
-    if (best_level() >= 1 && taps <= depthwise_avx2_taps) {
+    if (best_level() == 1 && taps <= depthwise_avx2_taps) {  // (AVX2 without VNNI: the AVX-512 levels as before)
         int32_t pairs[depthwise_avx2_taps / 2];
         for (conv_dim t = 0; t < taps; t += 2) {
             const uint32_t second = t + 1 < taps ? static_cast<uint16_t>(static_cast<int16_t>(wm[t + 1])) : 0u;
