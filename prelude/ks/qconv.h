@@ -664,18 +664,20 @@ __attribute__((target("avx2"), always_inline)) inline void store_block(__m256i (
     KS_UNROLL for (int r = 0; r < R; ++r) {
         __m256i out[V];
         KS_UNROLL for (int h = 0; h < V; ++h) {
-            const __m256i s = _mm256_add_epi32(c[r][h], by_row ? _mm256_set1_epi32(offsets[r0 + r]) : off[h]);
-            if (sums) {
-                _mm256_maskstore_epi32(reinterpret_cast<int*>(y) + (r0 + r) * ld + c0 + 8 * h, live[h], s);
-                continue;
+            out[h] = _mm256_add_epi32(c[r][h], by_row ? _mm256_set1_epi32(offsets[r0 + r]) : off[h]);
+        }
+        if (sums) {
+            KS_UNROLL for (int h = 0; h < V; ++h) {
+                _mm256_maskstore_epi32(reinterpret_cast<int*>(y) + (r0 + r) * ld + c0 + 8 * h, live[h], out[h]);
             }
+            continue;
+        }
+        KS_UNROLL for (int h = 0; h < V; ++h) {
             const __m256 scale = by_row && !one_scale ? _mm256_set1_ps(scales[r0 + r]) : col_scale[h];
-            const __m256 v = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s), scale), lo), hi);
+            const __m256 v = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(out[h]), scale), lo), hi);
             out[h] = _mm256_add_epi32(_mm256_cvtps_epi32(v), zero);
         }
-        if (!sums) {
-            store_bytes<V>(out, y + (r0 + r) * ld + c0, n);
-        }
+        store_bytes<V>(out, y + (r0 + r) * ld + c0, n);
     }
 }
 
