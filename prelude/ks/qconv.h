@@ -580,42 +580,176 @@ __attribute__((target("avx2"))) inline __m256i odd_bytes(__m256i v) {
     return SIGNED ? _mm256_srai_epi16(v, 8) : _mm256_srli_epi16(v, 8);
 }
 
-// AVX2: both operands' bytes widened to int16 pairs and multiplied with vpmaddwd, which sums pairs into int32
-// exactly; 4 rows × 2 vectors of 8 columns at a time.
-template <bool SWAP>
-__attribute__((target("avx2"))) void tile_avx2(const uint8_t* a, const uint8_t* b, conv_dim q, const tile_out& o) {
-    for (int r0 = 0; r0 < o.live; r0 += 4) {
-        for (int c0 = 0; c0 < cols; c0 += 16) {
-            __m256i c[4][2];
-            for (int r = 0; r < 4; ++r) {
-                c[r][0] = _mm256_setzero_si256();
-                c[r][1] = _mm256_setzero_si256();
+// AVX2 (x86-64-v3 without VNNI): both operands' bytes widened to int16 pairs (the even bytes of a quad, the odd ones)
+// and multiplied with vpmaddwd, which sums each pair into int32 exactly (vpmaddubsw, onnxruntime's, saturates: the
+// top of the file). A block of R rows (up to 4) by V vectors of 8 columns keeps its sums in registers over the whole
+// depth and requantizes them there. The broadcast operand's rows (the weights of a convolution, the rows of a matrix
+// product) are widened avx2_chunk quads at a time into a buffer on the stack and broadcast from it (vpbroadcastd
+// from memory: a load, no vector instruction), so that a quad costs per row and vector two vpmaddwd and two
+// additions, and per vector (shared by the rows) the widening of its bytes: about 2.3 vector instructions per
+// vpmaddwd where widening both in registers took 3. (On the Zen 3 of the twentieth session the tile alone ran as
+// fast with the rows widened in registers: there vpmaddwd and vpaddd share three pipes, 16 of each took 10.3 cycles
+// and 16 vpmaddwd alone 7.9, which bounds both forms near 24 products a cycle; onnxruntime's inexact vpmaddubsw,
+// vpmaddwd by ones and vpaddd, three instructions per 32 products, near 32.)
+constexpr conv_dim avx2_chunk = 8;
+
+// The quads k0 .. k0 + n of the 4 rows at a (a tile's [quad][8][4], from its row r0) as int16 pairs: wide[k][0] the
+// even bytes of the rows' quads (one int32 pair a row), wide[k][1] the odd ones.
+template <bool SIGNED>
+__attribute__((target("avx2"))) inline void widen_rows(const uint8_t* a, conv_dim n, int32_t (*wide)[2][4]) {
+    for (conv_dim k = 0; k < n; ++k) {
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + k * rows * 4));
+        const __m128i e = SIGNED ? _mm_srai_epi16(_mm_slli_epi16(v, 8), 8) : _mm_and_si128(v, _mm_set1_epi16(0x00ff));
+        const __m128i o = SIGNED ? _mm_srai_epi16(v, 8) : _mm_srli_epi16(v, 8);
+        _mm_store_si128(reinterpret_cast<__m128i*>(wide[k][0]), e);
+        _mm_store_si128(reinterpret_cast<__m128i*>(wide[k][1]), o);
+    }
+}
+
+// Lanes i < n of 8 set (all bits), the others 0: a mask for vpmaskmovd.
+__attribute__((target("avx2"))) inline __m256i lanes_below(conv_dim n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// The low bytes of the int32 lanes of v[0 .. V) (each already within its 8-bit type), stored at y: n of them (up to
+// 8·V; two vectors packed together, their 16 bytes put in order with one vpermd).
+template <int V>
+__attribute__((target("avx2"), always_inline)) inline void store_bytes(const __m256i (&v)[V], uint8_t* y, conv_dim n) {
+    const __m256i low = _mm256_set1_epi16(0x00ff);
+    __m128i bytes;
+    if (V == 1) {
+        const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v[0]), _mm256_extracti128_si256(v[0], 1));
+        bytes = _mm_packus_epi16(_mm_and_si128(w, _mm256_castsi256_si128(low)), w);  // (exact: in int16)
+    } else {  // (per 128-bit lane: positions 0-3 of v[0], of v[1]; then 4-7 of each)
+        const __m256i w = _mm256_and_si256(_mm256_packs_epi32(v[0], v[V - 1]), low);
+        const __m256i b = _mm256_packus_epi16(w, w);
+        bytes = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 0, 0, 0, 0)));
+    }
+    if (n >= 8 * V) {
+        if (V == 1) {
+            _mm_storel_epi64(reinterpret_cast<__m128i*>(y), bytes);
+        } else {
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(y), bytes);
+        }
+        return;
+    }
+    alignas(16) uint8_t t[16];
+    _mm_store_si128(reinterpret_cast<__m128i*>(t), bytes);
+    for (conv_dim i = 0; i < n; ++i) {
+        y[i] = t[i];
+    }
+}
+
+// The R × V sums of a block (rows r0 .., columns c0 ..) stored as o says: requantized to bytes (vcvtps2dq rounds
+// half to even, as requantize), or as int32 (o.sums). (o's fields copied first: the byte stores may alias them.)
+template <int R, int V>
+__attribute__((target("avx2"), always_inline)) inline void store_block(__m256i (&c)[R][V], const tile_out& o, int r0,
+                                                                       int c0) {
+    const conv_dim n = o.count - c0, ld = o.ld;  // (n: the columns to store, 8·(V - 1) < n <= 8·V)
+    const bool by_row = o.by_row, one_scale = o.one_scale, sums = o.sums;
+    const int32_t* offsets = o.offsets;
+    const float* scales = o.scale;
+    uint8_t* y = o.y;
+    const __m256 lo = _mm256_set1_ps(o.lo), hi = _mm256_set1_ps(o.hi);
+    const __m256i zero = _mm256_set1_epi32(o.zero);
+    __m256i live[V], off[V];
+    __m256 col_scale[V];
+    KS_UNROLL for (int h = 0; h < V; ++h) {
+        live[h] = lanes_below(n - 8 * h);
+        off[h] = by_row ? _mm256_setzero_si256() : _mm256_maskload_epi32(offsets + c0 + 8 * h, live[h]);
+        col_scale[h] = one_scale ? _mm256_set1_ps(scales[0])
+                       : by_row  ? _mm256_setzero_ps()
+                                 : _mm256_maskload_ps(scales + c0 + 8 * h, live[h]);
+    }
+    KS_UNROLL for (int r = 0; r < R; ++r) {
+        __m256i out[V];
+        KS_UNROLL for (int h = 0; h < V; ++h) {
+            out[h] = _mm256_add_epi32(c[r][h], by_row ? _mm256_set1_epi32(offsets[r0 + r]) : off[h]);
+        }
+        if (sums) {
+            KS_UNROLL for (int h = 0; h < V; ++h) {
+                _mm256_maskstore_epi32(reinterpret_cast<int*>(y) + (r0 + r) * ld + c0 + 8 * h, live[h], out[h]);
             }
-            for (conv_dim k = 0; k < q; ++k) {
-                const uint8_t* bk = b + k * cols * 4 + c0 * 4;
-                const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bk));
-                const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bk + 32));
-                const __m256i e0 = even_bytes<SWAP>(x0), o0 = odd_bytes<SWAP>(x0);
-                const __m256i e1 = even_bytes<SWAP>(x1), o1 = odd_bytes<SWAP>(x1);
-                const uint8_t* ak = a + k * rows * 4 + r0 * 4;
-                for (int r = 0; r < 4; ++r) {
-                    int32_t w;
-                    __builtin_memcpy(&w, ak + r * 4, 4);
-                    const __m256i wv = _mm256_set1_epi32(w);
-                    const __m256i we = even_bytes<!SWAP>(wv), wo = odd_bytes<!SWAP>(wv);
-                    c[r][0] = _mm256_add_epi32(c[r][0], _mm256_add_epi32(_mm256_madd_epi16(e0, we),
-                                                                         _mm256_madd_epi16(o0, wo)));
-                    c[r][1] = _mm256_add_epi32(c[r][1], _mm256_add_epi32(_mm256_madd_epi16(e1, we),
-                                                                         _mm256_madd_epi16(o1, wo)));
+            continue;
+        }
+        KS_UNROLL for (int h = 0; h < V; ++h) {
+            const __m256 scale = by_row && !one_scale ? _mm256_set1_ps(scales[r0 + r]) : col_scale[h];
+            const __m256 v = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(out[h]), scale), lo), hi);
+            out[h] = _mm256_add_epi32(_mm256_cvtps_epi32(v), zero);
+        }
+        store_bytes<V>(out, y + (r0 + r) * ld + c0, n);
+    }
+}
+
+// c + the pairs of x times the pairs of w summed (vpmaddwd, vpaddd). For GCC written out: it reassociates the
+// additions of a quad's products (the even and odd bytes' summed first), which keeps twice the products live and
+// spills the sums of a block.
+__attribute__((target("avx2"), always_inline)) inline __m256i madd_add(__m256i c, __m256i x, __m256i w) {
+#if defined(__GNUC__) && !defined(__clang__)
+    __m256i t;
+    asm("vpmaddwd %[w], %[x], %[t]\n\tvpaddd %[t], %[c], %[c]" : [c] "+x"(c), [t] "=&x"(t) : [x] "x"(x), [w] "x"(w));
+    return c;
+#else
+    return _mm256_add_epi32(c, _mm256_madd_epi16(x, w));
+#endif
+}
+
+// One block of a tile: rows r0 .. r0 + R of a, columns c0 .. c0 + 8·V of b.
+template <bool SWAP, int R, int V>
+__attribute__((target("avx2"))) void tile_avx2_block(const uint8_t* a, const uint8_t* b, conv_dim q, const tile_out& o,
+                                                     int r0, int c0) {
+    __m256i c[R][V];
+    KS_UNROLL for (int r = 0; r < R; ++r) {
+        KS_UNROLL for (int h = 0; h < V; ++h) {
+            c[r][h] = _mm256_setzero_si256();
+        }
+    }
+    alignas(16) int32_t wide[avx2_chunk][2][4];
+    for (conv_dim k0 = 0; k0 < q; k0 += avx2_chunk) {
+        const conv_dim n = q - k0 < avx2_chunk ? q - k0 : avx2_chunk;
+        widen_rows<!SWAP>(a + k0 * rows * 4 + r0 * 4, n, wide);
+        for (conv_dim k = 0; k < n; ++k) {
+            const uint8_t* bk = b + (k0 + k) * b_width<SWAP>() * 4 + c0 * 4;
+            prefetch_weights<SWAP>(a + (k0 + k) * rows * 4, bk);
+            KS_UNROLL for (int half = 0; half < 2; ++half) {  // (the even bytes, then the odd: fewer registers live)
+                __m256i x[V];
+                KS_UNROLL for (int h = 0; h < V; ++h) {
+                    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bk + 32 * h));
+                    x[h] = half ? odd_bytes<SWAP>(v) : even_bytes<SWAP>(v);
                 }
-            }
-            for (int r = 0; r < 4; ++r) {
-                _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.acc + (r0 + r) * cols + c0), c[r][0]);
-                _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.acc + (r0 + r) * cols + c0 + 8), c[r][1]);
+                KS_UNROLL for (int r = 0; r < R; ++r) {
+                    const __m256i w = _mm256_set1_epi32(wide[k][half][r]);
+                    KS_UNROLL for (int h = 0; h < V; ++h) {
+                        c[r][h] = madd_add(c[r][h], x[h], w);
+                    }
+                }
             }
         }
     }
-    store_sums(o.acc, o);
+    store_block<R, V>(c, o, r0, c0);
+}
+
+template <bool SWAP, int V>
+void tile_avx2_rows(const uint8_t* a, const uint8_t* b, conv_dim q, const tile_out& o, int r0, int c0) {
+    switch (o.live - r0) {
+        case 1: return tile_avx2_block<SWAP, 1, V>(a, b, q, o, r0, c0);
+        case 2: return tile_avx2_block<SWAP, 2, V>(a, b, q, o, r0, c0);
+        case 3: return tile_avx2_block<SWAP, 3, V>(a, b, q, o, r0, c0);
+        default: return tile_avx2_block<SWAP, 4, V>(a, b, q, o, r0, c0);
+    }
+}
+
+template <bool SWAP>
+void tile_avx2(const uint8_t* a, const uint8_t* b, conv_dim q, const tile_out& o) {
+    for (int r0 = 0; r0 < o.live; r0 += 4) {
+        for (int c0 = 0; c0 < o.count; c0 += 16) {
+            if (o.count - c0 <= 8) {
+                tile_avx2_rows<SWAP, 1>(a, b, q, o, r0, c0);
+            } else {
+                tile_avx2_rows<SWAP, 2>(a, b, q, o, r0, c0);
+            }
+        }
+    }
 }
 
 // The tile this CPU runs best: 2 with AVX-512 VNNI (cpuid leaf 7: ecx bit 11) on top of the AVX-512 level (3 with
@@ -745,6 +879,26 @@ void copy_bytes(const TX* src, conv_dim step, conv_dim n, uint8_t* o) {
         return;
     }
     if (step == 1) {  // (a short row: a call of memcpy costs more than the copy)
+#ifdef KS_QTILE_X86
+        if (n >= 16) {  // (16 bytes at a time, the last 16 overlapping the others: SSE2; the byte loop took 40% of
+                        // the AVX2 depthwise kernels' time on MobileNetV2's rows of 56 and fewer)
+            for (; j + 16 < n; j += 16) {
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(o + j),
+                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + j)));
+            }
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(o + n - 16),
+                             _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + n - 16)));
+            return;
+        }
+        if (n >= 8) {
+            uint64_t head, tail;
+            __builtin_memcpy(&head, in, 8);
+            __builtin_memcpy(&tail, in + n - 8, 8);
+            __builtin_memcpy(o, &head, 8);
+            __builtin_memcpy(o + n - 8, &tail, 8);
+            return;
+        }
+#endif
         for (; j < n; ++j) {
             o[j] = in[j];
         }
@@ -2220,6 +2374,48 @@ __attribute__((noinline)) void depthwise_sums_dsp(const TX* image, const int32_t
     }
 }
 #endif
+#ifdef KS_QTILE_X86
+// depthwise_plane's sums with AVX2 (x86-64-v3 without VNNI, tile level 1): 16 positions in two registers
+// over all the taps, two taps at a time: their bytes widened to int16 and interleaved into pairs (position i's byte
+// of tap t beside its byte of tap t + 1) and multiplied by the two weights with vpmaddwd (exact), then requantized in
+// the registers into `bytes`. pairs[p]: the weights of taps 2p and 2p + 1 as int16 (the second 0 past the taps).
+// The loops the compiler vectorized instead multiplied each tap's bytes with vpmulld into sums kept in memory.
+constexpr conv_dim depthwise_avx2_taps = 64;  // (the most taps it takes: pairs on the stack)
+
+template <bool SIGNED>
+__attribute__((target("avx2"), always_inline)) inline __m256i widen16(const uint8_t* p) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return SIGNED ? _mm256_cvtepi8_epi16(v) : _mm256_cvtepu8_epi16(v);
+}
+
+template <bool SIGNED>
+__attribute__((target("avx2"), noinline)) void depthwise_sums_avx2(const uint8_t* image, const int32_t* at,
+                                                                   const int32_t* pairs, conv_dim taps, conv_dim len,
+                                                                   int32_t off, float scale, float lo, float hi,
+                                                                   int32_t zero, uint8_t* bytes) {
+    const __m256 vs = _mm256_set1_ps(scale), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+    const __m256i vz = _mm256_set1_epi32(zero), mask = _mm256_set1_epi16(0x00ff);
+    for (conv_dim i = 0; i < len; i += 16) {
+        __m256i c0 = _mm256_set1_epi32(off), c1 = c0;
+        for (conv_dim t = 0; t < taps; t += 2) {
+            const __m256i x0 = widen16<SIGNED>(image + at[t] + i);
+            const __m256i x1 = t + 1 < taps ? widen16<SIGNED>(image + at[t + 1] + i) : _mm256_setzero_si256();
+            const __m256i w = _mm256_set1_epi32(pairs[t / 2]);
+            c0 = madd_add(c0, _mm256_unpacklo_epi16(x0, x1), w);  // (positions 0-3 and 8-11)
+            c1 = madd_add(c1, _mm256_unpackhi_epi16(x0, x1), w);  // (4-7 and 12-15)
+        }
+        const __m256 v0 = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(c0), vs), vlo), vhi);
+        const __m256 v1 = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(c1), vs), vlo), vhi);
+        const __m256i y0 = _mm256_add_epi32(_mm256_cvtps_epi32(v0), vz);
+        const __m256i y1 = _mm256_add_epi32(_mm256_cvtps_epi32(v1), vz);
+        const __m256i w16 = _mm256_and_si256(_mm256_packs_epi32(y0, y1), mask);  // (in order per 128-bit lane)
+        const __m256i b8 = _mm256_packus_epi16(w16, w16);  // (bytes 0-7 of each lane: positions 0-7, 8-15)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(bytes + i),
+                         _mm256_castsi256_si128(_mm256_permute4x64_epi64(b8, 0x08)));
+    }
+}
+#endif
+
 // Output channel m of a depthwise convolution from its input channel's phase volume `image` (depthwise_planes; at:
 // the taps' offsets; sums, bytes: its rooms in the scratch), requantized into y (the channel's output plane). Out of
 // line (and split_phases called out of line) so that no frame holds the loops' spilled values: 0.8-0.9 KB inlined.
@@ -2229,6 +2425,19 @@ __attribute__((noinline)) void depthwise_plane(const conv_shape& s, const wide_g
                                                const requant& q, int32_t* sums, uint8_t* bytes, TY* y) {
     const conv_dim taps = s.taps();
     const float lo = static_cast<float>(q.lo - q.y_zero), hi = static_cast<float>(q.hi - q.y_zero);
+#ifdef KS_QTILE_X86
+    if (best_level() == 1 && taps <= depthwise_avx2_taps) {  // (AVX2 without VNNI: the AVX-512 levels as before)
+        int32_t pairs[depthwise_avx2_taps / 2];
+        for (conv_dim t = 0; t < taps; t += 2) {
+            const uint32_t second = t + 1 < taps ? static_cast<uint16_t>(static_cast<int16_t>(wm[t + 1])) : 0u;
+            pairs[t / 2] = static_cast<int32_t>(static_cast<uint16_t>(static_cast<int16_t>(wm[t])) | second << 16);
+        }
+        depthwise_sums_avx2<(static_cast<TX>(-1) < 0)>(reinterpret_cast<const uint8_t*>(image), at, pairs, taps,
+                                                      round_up(g.wide, 16), off, scale, lo, hi, q.y_zero, bytes);
+        compact_image(s, g, bytes, 0, 1, y);
+        return;
+    }
+#endif
     // a chunk of wide positions at a time, its sums in L1; whole vectors of 16 (the positions past the wide ones
     // are computed and never read)
     for (conv_dim j0 = 0; j0 < g.wide; j0 += depthwise_chunk) {
