@@ -45,23 +45,26 @@ def pytest_collection_modifyitems(items):
                                  else 0, order[id(item)]))
 
 
-def _cpu_seconds() -> float:
+def _cpu_seconds() -> tuple[float, float]:
+    """(this process's CPU seconds, its finished children's: compilers, CMake, qemu, ctest)."""
     import resource
-    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
-                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
+    return tuple(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                   resource.getrusage(resource.RUSAGE_CHILDREN)))
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """With KSBUILD_TEST_CPU_LOG=file, append each test's CPU seconds (its worker's and the finished children's:
-    compilers, qemu, ctest; fixtures count with the first test that sets them up) and its id to that file.
-    Unlike --durations, this does not grow with the machine's load; scripts/test_cpu.py sums it by file."""
+    compilers, qemu, ctest; fixtures count with the first test that sets them up), its id, and the two parts (the
+    worker's own Python, the children's) to that file. Unlike --durations, this does not grow with the machine's
+    load; scripts/test_cpu.py sums it by file."""
     log = os.environ.get("KSBUILD_TEST_CPU_LOG")
-    start = _cpu_seconds() if log else 0.0
+    start = _cpu_seconds() if log else (0.0, 0.0)
     yield
     if log:
+        own, children = (b - a for a, b in zip(start, _cpu_seconds()))
         with open(log, "a") as f:
-            f.write(f"{_cpu_seconds() - start:.2f}\t{item.nodeid}\n")
+            f.write(f"{own + children:.2f}\t{item.nodeid}\t{own:.2f}\t{children:.2f}\n")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -127,7 +127,7 @@ def test_kernel_objects_are_not_keyed_by_threads(relu3_copy):
     no thread count in it, and -pthread does not change it: test_the_kernel_layer_reads_nothing_pthread_changes),
     another for another optimize or for cpu = "native", so that the suite's builds with threads = 1, 2 and 4 compile
     kernels.cpp once. Another cpu shares the folder: the objects are named by their level and part
-    (kernels_x86_64_v3_products.o), so a build for x86-64-v4 takes the object a portable build compiled for that
+    (kernels_x86_64_v3_products32.o), so a build for x86-64-v4 takes the object a portable build compiled for that
     level."""
     from ksbuild.compile.targets import TARGETS
     from ksbuild.packaging.package import kernel_cache
@@ -173,7 +173,7 @@ def test_builds_started_together_compile_the_kernel_layer_once(tmp_path, private
     project.mkdir()
     takes = "# This project takes (at its default CPU setting): kernels_x86_64_v4{}.o\n"
     (project / "CMakeLists.txt").write_text("function(p_kernel_layer level march)\nendfunction()\n" +
-                                           takes.format("_products"))
+                                           takes.format("_products32"))
     events, said = [], []
     started = threading.Event()
 
@@ -189,7 +189,7 @@ def test_builds_started_together_compile_the_kernel_layer_once(tmp_path, private
         waiting.join(0.5)
         assert waiting.is_alive() and not events  # (held back while the first compiles)
         kernels.mkdir(parents=True)
-        (kernels / "kernels_x86_64_v4_products.o").write_bytes(b"")
+        (kernels / "kernels_x86_64_v4_products32.o").write_bytes(b"")
         events.append("first")
     waiting.join()
     assert events == ["first", "second"] and said == ["  waiting for another build compiling the kernel layer with "
@@ -212,10 +212,10 @@ def test_builds_started_together_compile_the_kernel_layer_once(tmp_path, private
         return held or bool(got)
 
     layer = "function(p_kernel_layer level march)\n"
-    assert not waits(layer + takes.format("_products"))  # (the object is there now)
+    assert not waits(layer + takes.format("_products32"))  # (the object is there now)
     int8 = layer + takes.format("_int8")
     assert waits(int8)  # (its integer part is not)
-    another_level = takes.format("_products").replace(": ", ": kernels_x86_64_products.o ")
+    another_level = takes.format("_products32").replace(": ", ": kernels_x86_64_products32.o ")
     assert waits(layer + another_level)  # (nor another level's)
     monkeypatch.setenv("CMAKE_CXX_COMPILER_LAUNCHER", "ccache")
     assert not waits(int8)

@@ -36,7 +36,8 @@ def fake_entry(root: Path, kind: str, name: str, size: int, age: float) -> Path:
     a loaded tree (python/P/<key>/) or a log (logs/<file>)."""
     path = {"build": root / name, "kernels": root / "kernels" / name, "python": root / "python" / "p" / name,
             "log": root / "logs" / name}[kind]
-    data = {"build": "install/lib/libp.a", "kernels": "kernels_x86_64_v3_products.o", "python": "lib/libp.so"}.get(kind)
+    data = {"build": "install/lib/libp.a", "kernels": "kernels_x86_64_v3_products32.o",
+            "python": "lib/libp.so"}.get(kind)
     target = path / data if data else path
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(b"\0" * size)
@@ -91,7 +92,7 @@ def test_info_names_package_manifest_target_backend_size_and_age(relu3_copy, tmp
     (build,) = cache.builds()
     os.utime(build.path, (time.time() - 3 * DAY, time.time() - 3 * DAY))
     kernels = fake_entry(private_cache, "kernels", "abc123", 3 * 2**20, 2 * 3600)
-    (kernels / "kernels_x86_64_convs.o").write_bytes(b"\0" * 100)
+    (kernels / "kernels_x86_64_convs32.o").write_bytes(b"\0" * 100)
     (kernels / "about.json").write_text(json.dumps({"target": "host"}))
     os.utime(kernels, (time.time() - 2 * 3600, time.time() - 2 * 3600))
     assert cli_main(["cache", "info"]) == 0
@@ -101,7 +102,7 @@ def test_info_names_package_manifest_target_backend_size_and_age(relu3_copy, tmp
     assert row[9:11] == ["3", "d"] and row[-1] == str(relu3_copy.resolve())  # (built: now; used: 3 days ago)
     assert f"{build.size / 1024:.1f} KiB" in " ".join(row)
     kernel_row = next(line for line in info.splitlines() if "kernels/abc123" in line).split()
-    assert kernel_row[1:] == ["host", "x86_64", "x86_64_v3", "(convs,", "products)", "3.0", "MiB", "2", "h"]
+    assert kernel_row[1:] == ["host", "x86_64", "x86_64_v3", "(convs32,", "products32)", "3.0", "MiB", "2", "h"]
     assert cli_main(["cache", "info", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     (b,) = data["builds"]
@@ -109,7 +110,7 @@ def test_info_names_package_manifest_target_backend_size_and_age(relu3_copy, tmp
         ("activations", "host", "plain", str(relu3_copy.resolve()))
     assert b["size_bytes"] == build.size and 3 * DAY - 60 < b["age_seconds"] < 3 * DAY + 60 and b["finished"]
     (k,) = [k for k in data["kernels"] if k["name"] == "kernels/abc123"]  # (and relu3's precompiled prelude headers)
-    assert k["levels"] == ["x86_64", "x86_64_v3"] and k["parts"] == ["convs", "products"]
+    assert k["levels"] == ["x86_64", "x86_64_v3"] and k["parts"] == ["convs32", "products32"]
     assert k["size_bytes"] == 3 * 2**20 + 100 + len('{"target": "host"}')
 
 

@@ -1,8 +1,8 @@
 """The kernel layer (prelude/ks/kernels.h, src/ks/kernels.cpp) and what a build reports about its library.
 
-- The GEMM and convolution kernels are compiled once per target, level, flags and part (products, convs, int8) and
-  taken from the cache by every later package: a second package's build compiles only its own source and the parts
-  no earlier build needed.
+- The GEMM and convolution kernels are compiled once per target, level, flags and part (products, convs, int8; the
+  first two per element type) and taken from the cache by every later package: a second package's build compiles
+  only its own source and the parts no earlier build needed.
 - Each library keeps the kernel layer to itself (local symbols): two packages linked into one C program link
   and compute what numpy computes.
 - The footprint: section sizes and each export's stack, from GCC's call graphs (ksbuild/compile/footprint.py),
@@ -100,27 +100,37 @@ def test_the_second_package_takes_the_kernel_layer_from_the_cache(trees):
     said = "\n".join(lines["kl_conv"])
     assert "compiling kl_conv.cpp" in said, said  # (the package's own source is compiled)
     assert "the kernel layer" not in said, said  # (kl_dense's build compiled it)
-    cached = list((Path(os.environ["KSBUILD_CACHE"]) / "kernels").glob("*/kernels_*_convs.o"))
+    cached = list((Path(os.environ["KSBUILD_CACHE"]) / "kernels").glob("*/kernels_*_convs*.o"))
     assert cached, "no kernel layer objects in the cache"
 
 
 def test_a_package_compiles_the_parts_it_calls():
     """render.kernel_parts: products alone for matrix products (and the BLAS backend's ks::gemm, which falls back to
-    them), the whole float layer (convs) for a convolution or a pooling with or without products, the integer kernels
-    beside either, nothing for loops alone."""
+    them), the whole layer of a type (convs) for a convolution or a pooling with or without products, the integer
+    kernels beside either, nothing for loops alone; each part for the element types the calls name (32: float, 64:
+    double), both for a type it cannot tell."""
     from ksbuild.packaging.render import kernel_objects, kernel_parts
-    assert kernel_parts("ks::tiled_gemm<float>(m, n, k, a, b, c)") == ("products",)
-    assert kernel_parts("ks::gemm<double>(m, n, k, a, b, c, false)") == ("products",)
-    assert kernel_parts("ks::packed_gemm<float>(..); ks::conv_as<float, ks::convs::method::few>(..)") == ("convs",)
-    assert kernel_parts("ks::max_pool<float>(s, 1, x, y, room)") == ("convs",)
-    assert kernel_parts("ks::qmatmul<uint8_t, int8_t>(..); ks::tiled_gemm<float>(..)") == ("products", "int8")
+    assert kernel_parts("ks::tiled_gemm<float>(m, n, k, a, b, c)") == ("products32",)
+    assert kernel_parts("ks::gemm<double>(m, n, k, a, b, c, false)") == ("products64",)
+    assert kernel_parts("ks::packed_gemm<float>(..); ks::conv_as<float, ks::convs::method::few>(..)") == ("convs32",)
+    assert kernel_parts("ks::max_pool<float>(s, 1, x, y, room)") == ("convs32",)
+    assert kernel_parts("ks::qmatmul<uint8_t, int8_t>(..); ks::tiled_gemm<float>(..)") == ("products32", "int8")
     assert kernel_parts("ks::qpack_rows(m, k, 1, w, out)") == ("int8",)
     assert kernel_parts("ks::parts::tiled_gemm<float>(part, parts, slot, ..); ks::parts::product_parts<float>(..)") == (
-        "products",)  # (threads = N: a part of a product needs the products alone)
-    assert kernel_parts("ks::parts::conv_parts<float>(..); ks::parts::depthwise<float>(..)") == ("convs",)
+        "products32",)  # (threads = N: a part of a product needs the products alone)
+    assert kernel_parts("ks::parts::conv_parts<float>(..); ks::parts::depthwise<float>(..)") == ("convs32",)
     assert kernel_parts("for (int64_t i = 0; i < n; ++i) y[i] = ks::max<float>(x[i], 0.0f);") == ()
-    assert kernel_objects(("x86-64", "x86-64-v3"), "", ("convs", "int8")) == [
-        "kernels_x86_64_convs.o", "kernels_x86_64_int8.o", "kernels_x86_64_v3_convs.o", "kernels_x86_64_v3_int8.o"]
+    assert kernel_parts("ks::tiled_gemm<double>(..); ks::conv<float>(..)") == ("products64", "convs32")
+    assert kernel_parts("ks::tiled_gemm<double>(..); ks::conv<float>(..); ks::conv<double>(..)") == (
+        "convs32", "convs64")
+    assert kernel_parts("ks::tiled_gemm<T>(..)") == ("products32", "products64")
+    from ksbuild.compile.cmake import _compile_step
+    line = "[ 40%] Building CXX object CMakeFiles/p_kernels_x86_64_v3_{}.dir/src/ks/kernels.cpp.o"
+    assert _compile_step(line.format("convs32")) == "the kernel layer's float convolutions (x86-64-v3)"
+    assert _compile_step(line.format("products64")) == "the kernel layer's double matrix products (x86-64-v3)"
+    assert kernel_objects(("x86-64", "x86-64-v3"), "", ("convs32", "int8")) == [
+        "kernels_x86_64_convs32.o", "kernels_x86_64_int8.o", "kernels_x86_64_v3_convs32.o",
+        "kernels_x86_64_v3_int8.o"]
 
 
 def test_two_packages_link_into_one_c_program_and_compute_what_numpy_does(trees, tmp_path):

@@ -172,7 +172,7 @@ def test_a_tile_without_a_vector_unit_computes_in_scalar_registers(tmp_path):
 
 
 def _kernel_layer_symbols(tmp_path, part: str) -> str:
-    """`nm -S -C` of a part of the kernel layer (products, convs: ks/kernels.h) compiled for a Cortex-M4 at -O3, as
+    """`nm -S -C` of a part of the kernel layer (products32, convs32: ks/kernels.h) compiled for a Cortex-M4 at -O3, as
     the generated projects compile it."""
     m4 = TARGETS["cortex-m4"]
     need(m4)
@@ -192,7 +192,7 @@ def test_a_block_of_tiles_is_small_and_called_on_a_cortex_m4(tmp_path):
     core the block is one out-of-line function (KS_BLOCK): compiled as the kernel layer is, 2.0-2.7 KB (3.9-4.1 KB
     with the 64-bit tests), and one copy of each (GCC had cloned it per caller). (The convolutions' part: the products
     have no tiles there.)"""
-    listing = _kernel_layer_symbols(tmp_path, "convs")
+    listing = _kernel_layer_symbols(tmp_path, "convs32")
     blocks = [line.split(" ", 3) for line in listing.splitlines() if "tiles::block<float, " in line]
     names = [b[3] for b in blocks]
     assert len(blocks) == 4 and len(set(names)) == 4, names  # (true/false x panel_rows/table_rows, no clones)
@@ -207,7 +207,7 @@ def test_products_on_a_cortex_m4_are_dot_products(tmp_path):
     and in_place (5.7 KB) were most of a small network's code on a Cortex-M4 (benchmarks/README.md, Cortex-M4).
     Compiled as the kernel layer's products are at -O3: both entry points only forward, and all their code is under
     2.4 KB."""
-    listing = _kernel_layer_symbols(tmp_path, "products")
+    listing = _kernel_layer_symbols(tmp_path, "products32")
     sizes = {line.split(" ", 3)[3]: int(line.split(" ", 3)[1], 16) for line in listing.splitlines()
              if line.count(" ") >= 3 and "<float" in line}
     entries = {name: size for name, size in sizes.items() if "::packed_gemm<float>(" in name or

@@ -31,6 +31,11 @@ def cmake_exe() -> str:
 HEARTBEAT = 15.0  # seconds between "still compiling" lines while one object compiles
 
 
+# The kernel layer's parts (packaging/render.py: KERNEL_PART_CALLS) in words
+PART_WORDS = {"products32": "float matrix products", "products64": "double matrix products",
+              "convs32": "float convolutions", "convs64": "double convolutions", "int8": "integer kernels"}
+
+
 def _compile_step(line: str) -> str | None:
     """What a line of CMake's build output starts compiling, in words (None for other lines)."""
     found = re.search(r"Building (\w+) object CMakeFiles/(\w+)\.dir/(\S+?)\.o$", line.strip())
@@ -41,8 +46,7 @@ def _compile_step(line: str) -> str | None:
         return f"{Path(source).name} (the weights)"
     if source.endswith("ks/kernels.cpp"):
         level, _, part = target.rpartition("_kernels_")[2].rpartition("_")
-        what = {"products": "matrix products", "convs": "convolutions", "int8": "integer kernels"}.get(part, part)
-        return f"the kernel layer's {what} ({level.replace('_', '-')})"
+        return f"the kernel layer's {PART_WORDS.get(part, part)} ({level.replace('_', '-')})"
     if re.search(r"_prelude_\w+$", target) and source.endswith(".h"):  # (CMakeLists.txt: P_precompiled_prelude)
         return f"the prelude header ({target.rpartition('_prelude_')[2].replace('_', '-')}, precompiled once)"
     level = re.search(r"_(x86_64(?:_v\d)?)$", target)

@@ -325,9 +325,9 @@ def _entry_info(d: Path) -> dict:
 
 
 def _kernel_info(d: Path) -> dict:
-    """The instruction set levels and parts (products, convs, int8) a kernel object folder holds, whether their call
-    graphs (.ci) are there, and the levels of its precompiled prelude headers (prelude_<level>.h.gch: packages of
-    loops alone make those too)."""
+    """The instruction set levels and parts (products32, products64, convs32, convs64, int8) a kernel object folder
+    holds, whether their call graphs (.ci) are there, and the levels of its precompiled prelude headers
+    (prelude_<level>.h.gch: packages of loops alone make those too)."""
     levels = sorted({f.name[len("kernels_"):-2].rpartition("_")[0] for f in d.glob("kernels_*.o")})
     parts = sorted({f.name[:-2].rpartition("_")[2] for f in d.glob("kernels_*.o")})
     headers = sorted(f.name[len("prelude_"):-len(".h.gch")] for f in d.glob("prelude_*.h.gch"))

@@ -108,25 +108,35 @@ def target_record(t: Target) -> dict:
 
 
 KERNEL_PART_CALLS = {
-    "products": re.compile(r"\bks::(tiled_gemm|packed_gemm|gemm|parts::(tiled_gemm|packed_gemm))<"),
+    "products": re.compile(r"\bks::(tiled_gemm|packed_gemm|gemm|parts::(tiled_gemm|packed_gemm))<\s*(?P<type>\w+)"),
     "convs": re.compile(r"\bks::(conv|conv_as|conv_rows|conv_winograd|conv_depthwise|conv_dots|conv_pointwise|"
-                        r"winograd_kernel|max_pool|parts::(conv|depthwise|winograd))<"),
+                        r"winograd_kernel|max_pool|parts::(conv|depthwise|winograd))<\s*(?P<type>\w+)"),
     "int8": re.compile(r"\bks::(qconv|qconv_depthwise|qmatmul|qmatmul_folded|qlookup|qsoftmax)<|"
                        r"\bks::(qpack_rows|qpack_columns)\b"),
 }
 """The kernel layer's parts (ks/kernels.h, src/ks/kernels.cpp: one object each per level) and the calls in generated
 code that need each: a package of matrix products alone compiles the products' part only (a quarter of the layer's
-compile), a package of loops alone none. The convs part holds the products too (one translation unit: they share the
-register tiles and GCC's local copies of them, which two objects would each carry). ks::parts:: (`threads = N`) are
-templates of the generated code: each wraps a product or a convolution and needs what it wraps (a threaded package
-of products alone compiled the whole float layer before)."""
+compile), a package of loops alone none. The products and convs parts are one object per element type (the type a
+call names first: products32 for float, products64 for double), so that a package of float models (ONNX and torch
+models) compiles no double kernel (half the convolutions' compile, 20-45 s of CPU per level at -O3). The convs part
+holds the products of its type too (one translation unit: they share the register tiles and GCC's local copies of
+them, which two objects would each carry). ks::parts:: (`threads = N`) are templates of the generated code: each
+wraps a product or a convolution and needs what it wraps (a threaded package of products alone compiled the whole
+float layer before)."""
+TYPE_BITS = {"float": "32", "double": "64"}  # (another type, or one the regex cannot read: both parts)
 
 
 def kernel_parts(source: str) -> tuple[str, ...]:
-    """The parts of the kernel layer a generated source calls, in the order the project compiles them (the convs part
-    stands for the products too)."""
-    parts = [part for part, call in KERNEL_PART_CALLS.items() if call.search(source)]
-    return tuple(p for p in parts if not (p == "products" and "convs" in parts))
+    """The parts of the kernel layer a generated source calls, in the order the project compiles them (a type's convs
+    part stands for its products too)."""
+    parts: list[str] = []
+    for part, call in KERNEL_PART_CALLS.items():
+        if "type" not in call.groupindex:
+            parts += [part] if call.search(source) else []
+            continue
+        bits = {TYPE_BITS.get(found["type"], "") for found in call.finditer(source)}
+        parts += [f"{part}{b}" for b in ("32", "64") if b in bits or "" in bits]
+    return tuple(p for p in parts if not (p.startswith("products") and f"convs{p[-2:]}" in parts))
 
 
 def render_project(m: Manifest, exports: list[Export], out: Path, target: Target = TARGETS["host"]) -> None:

@@ -3,9 +3,9 @@
 // ks::tiled_gemm, ks::packed_gemm, ks::conv (and ks::conv_as, one method of it), ks::conv_winograd,
 // ks::conv_depthwise, ks::winograd_kernel and ks::max_pool
 // (ks/gemm.h, ks/conv.h, ks/maxpool.h), and the integer ks::qconv, ks::qconv_depthwise and ks::qmatmul (ks/qconv.h) take every shape, stride and epilogue at run time. For float and double they are
-// compiled from one source, src/ks/kernels.cpp, once per target, instruction set level and part (products, convs,
-// int8: an object each, which a package compiles and links only if it calls them; ksbuild keeps the objects in its
-// cache, shared by every package built with the same compiler and flags), and
+// compiled from one source, src/ks/kernels.cpp, once per target, instruction set level and part (products and
+// convs per element type, int8: an object each, which a package compiles and links only if it calls them; ksbuild
+// keeps the objects in its cache, shared by every package built with the same compiler and flags), and
 // the generated code only calls them: the declarations below tell its compiler not to instantiate them.
 // Their namespace is ks::KS_KERNELS (one per instruction set level in a portable x86-64 build); a
 // library's relocatable link makes those symbols local to it, so two libraries never share them.
@@ -32,10 +32,11 @@ inline namespace KS_KERNELS KS_HIDDEN {
                                              const T*, T*, T*, const epilogue<T>&);
 
 // The kernels the layer compiles, for one element type T; PREFIX is `extern template` (here, for the
-// generated code) or `template` (src/ks/kernels.cpp, which instantiates them). Two objects: the products
-// (kernels_<level>_products.o), which a package of matrix products alone (an MLP, a transformer, most derivative code)
-// compiles, a quarter of the layer, and the whole layer (kernels_<level>_convs.o: the convolutions, pooling and the
-// products, which share the register tiles), which a package that calls a convolution compiles.
+// generated code) or `template` (src/ks/kernels.cpp, which instantiates them). Two objects per type (32: float, 64:
+// double): the products (kernels_<level>_products32.o), which a package of matrix products alone (an MLP, a
+// transformer, most derivative code) compiles, a quarter of the layer, and the whole layer of the type
+// (kernels_<level>_convs32.o: the convolutions, pooling and the products, which share the register tiles), which a
+// package that calls a convolution compiles.
 #define KS_PRODUCTS_LAYER(PREFIX, T)                                                                             \
     PREFIX void tiled_gemm<T>(int64_t, int64_t, int64_t, matrix<const T>, matrix<const T>, matrix<T>, bool, T*,   \
                               const epilogue<T>&);                                                                \
