@@ -2061,15 +2061,24 @@ constexpr int64_t tile_block = KS_WINOGRAD_PANELS * panel_width<T>;
 template <class T>
 constexpr int64_t lanes = tiles::simd<T>::lanes;
 
-// A block of transformed tiles (or of their products) is stored [row][ξ][run]: row c (input channel, or output
-// channel) holds the 16 points' runs one after the other, so that a transform reaches the 16 at constant
-// offsets from one pointer. A run is TB tiles and a vector's room after them (the input transform stores whole
-// vectors). Rows are a cache line more than 16 runs apart: the matrix product reads a point's rows one after
-// the other, which a multiple of 4 KiB apart would compete for the same few sets of the L1 cache.
+// A channel's transformed tiles (or an output channel's products) are stored [ξ][run], so that a transform reaches
+// the 16 points at constant offsets from one pointer. A run is TB tiles and a vector's room after them (the input
+// transform stores whole vectors). The products' rows are a cache line more than 16 runs apart, so that rows a
+// multiple of 4 KiB apart do not compete for the same few sets of the L1 cache. The transformed image itself is
+// stored as the products read it: [ξ][panel][C][P] (input_tiles), each point's panel one run of C rows of P
+// consecutive tiles, as a packed matrix product's panels are. (Read from [C][ξ][run], a row 4.6 KB from the next,
+// each k step of a tile met a cache line of another page: on AVX2 (Zen 3) the products of ResNet-18's 256-channel
+// layer ran at 40% of the FMA peak.)
 template <class T>
 constexpr int64_t run_stride = tile_block<T> + lanes<T>;
 template <class T>
 constexpr int64_t row_stride = 16 * run_stride<T> + panel_width<T>;
+
+// The elements of one point's panels of the transformed image ([panel][C][P]).
+template <class T>
+constexpr int64_t point_stride(int64_t channels) {
+    return tile_block<T> * channels;
+}
 
 // The padded image's rows and their length: the output rounded up to whole 2×2 tiles, plus 2.
 constexpr int64_t padded_rows(const conv_shape& s) {
@@ -2164,21 +2173,27 @@ inline void input_row(const T* r0, int64_t ww, int64_t j0, int64_t j1, T* oc) {
     }
 }
 
-// v [C][16][run]: the tiles [t0, t0 + count) of the split image transformed, channel by channel (a channel's
-// 16 runs are written while they are in the L1 cache); the block's columns from `count` up to a whole panel
-// are zero.
+// v [16][panel][C][P]: the tiles [t0, t0 + count) of the split image transformed, channel by channel into
+// `stage` ([16][run], in the L1 cache), then its whole panels copied to v (point_stride); the block's columns from
+// `count` up to a whole panel are zero.
 template <class T>
-__attribute__((noinline)) void input_tiles(const conv_shape& s, const T* image, int64_t t0, int64_t count, T* v) {
-    const int64_t ww = padded_row(s), tw = ww / 2 - 1, plane = padded_rows(s) * ww;
-    const int64_t padded = (count + panel_width<T> - 1) / panel_width<T> * panel_width<T>;
-    for (int64_t c = 0; c < s.channels; ++c) {
-        T* vc = v + c * row_stride<T>;
+__attribute__((noinline)) void input_tiles(const conv_shape& s, const T* image, int64_t t0, int64_t count, T* v,
+                                           T* stage) {
+    constexpr int P = panel_width<T>;
+    const int64_t ww = padded_row(s), tw = ww / 2 - 1, plane = padded_rows(s) * ww, channels = s.channels;
+    const int64_t panels = (count + P - 1) / P, padded = panels * P;
+    for (int64_t c = 0; c < channels; ++c) {
         for_tile_rows(tw, t0, count, [=](int64_t i, int64_t j0, int64_t j1, int64_t first) {
-            input_row<T>(image + c * plane + 2 * i * ww, ww, j0, j1, vc + first - j0);
+            input_row<T>(image + c * plane + 2 * i * ww, ww, j0, j1, stage + first - j0);
         });
         for (int xi = 0; xi < 16; ++xi) {
+            const T* from = stage + xi * run_stride<T>;
+            T* to = v + xi * point_stride<T>(channels) + c * P;
             for (int64_t t = count; t < padded; ++t) {
-                vc[xi * run_stride<T> + t] = T(0);
+                stage[xi * run_stride<T> + t] = T(0);
+            }
+            for (int64_t u = 0; u < panels; ++u) {
+                std::memcpy(to + u * channels * P, from + u * P, P * sizeof(T));
             }
         }
     }
@@ -2318,6 +2333,63 @@ struct kernel_ahead : tiles::panel_rows<T> {
     }
 };
 
+// Whether the products run on tiles of narrow_rows rows by two panels (narrow_block) instead of tiles::block's: with
+// 32-byte vectors (x86-64-v3: 16 registers, tiles::block's tiles 6 rows by one panel). u_ξ's columns are read
+// where they lie, MR elements of a line a layer's M floats from the next at each k; 3 rows by two panels read half
+// as many of them per multiply-add. On a Zen 3 (AVX2), with the prefetch of kernel_ahead, ResNet-18's 3 × 3 layers
+// at 14 × 14 (256 channels) took 0.82 of their time, the 512-channel ones at 7 × 7 0.55 (docs/performance.md).
+constexpr bool narrow_tiles = tiles::vector_bytes == 32;
+constexpr int narrow_rows = 3;
+
+// The last panel of narrow_block when their count is odd (its `cols` columns at c), rows [0, whole): tiles of
+// narrow_rows rows by one panel. (Out of line: in narrow_block, its tile made the frame 528 B.)
+template <class T>
+KS_OWN_FRAME void narrow_panel(int64_t whole, int64_t kc, const tiles::row_tiles<T>& a, const tiles::panel_rows<T>& b,
+                               T* c, int64_t c_rs, int cols, bool load_c) {
+    constexpr int R = narrow_rows;
+    for (int64_t i = 0; i < whole; i += R) {
+        tiles::tile<T, R, 1, false>(kc, a, a.data + i, b, c + i * c_rs, c_rs, cols, load_c);
+    }
+}
+
+// The rows [whole, rows) of narrow_block (1 or 2): tiles::rest_rows' tiles of that many rows. (Out of line: in
+// narrow_block they made its frame 528 B.)
+template <class T>
+KS_OWN_FRAME void narrow_rest(int64_t rows, int64_t whole, int64_t kc, const tiles::row_tiles<T>& a,
+                              const tiles::panel_rows<T>& b, int panels, T* c, int64_t c_rs, int64_t count,
+                              bool load_c) {
+    tiles::rest_rows<T, narrow_rows - 1, false>(static_cast<int>(rows - whole), kc, a, a.data + whole, b, panels,
+                                                c + whole * c_rs, c_rs, count, load_c, {}, whole);
+}
+
+// point_products' block on narrow tiles: rows x count of c (rows c_rs apart) (+)= a [rows × kc] · b, tiles of
+// narrow_rows rows by two panels (the last panel alone when their count is odd: narrow_panel), the rows left (1 or
+// 2) by narrow_rest; the tiles of the first panels prefetch u_ξ's next columns (kernel_ahead).
+template <class T>
+KS_OWN_FRAME void narrow_block(int64_t rows, int64_t kc, const tiles::row_tiles<T>& a, const kernel_ahead<T>& b,
+                               int panels, T* c, int64_t c_rs, int64_t count, bool load_c) {
+    constexpr int R = narrow_rows, NP = 2, P = panel_width<T>;
+    const int64_t whole = rows - rows % R;
+    for (int u = 0; u + NP <= panels; u += NP) {
+        const int64_t left = count - int64_t(u) * P;
+        const int w = static_cast<int>(left < NP * P ? left : NP * P);
+        for (int64_t i = 0; i < whole; i += R) {
+            const tiles::ahead pf = b.on && u == 0 ? tiles::ahead{reinterpret_cast<uintptr_t>(a.data + i + P),
+                                                                  (b.m * int64_t(sizeof(T))) << 16}
+                                                   : tiles::ahead{};
+            tiles::tile<T, R, NP, false>(kc, a, a.data + i, b.from(u), c + i * c_rs + u * P, c_rs, w, load_c, {}, i,
+                                         u * P, pf);
+        }
+    }
+    if (panels % NP != 0) {
+        const int u = panels - 1;
+        narrow_panel<T>(whole, kc, a, b.from(u), c + u * P, c_rs, static_cast<int>(count - int64_t(u) * P), load_c);
+    }
+    if (whole < rows) {
+        narrow_rest<T>(rows, whole, kc, a, b, panels, c, c_rs, count, load_c);
+    }
+}
+
 // The 16 products of a block of `count` tiles, prod_ξ [M × tiles] = u_ξ [M × C] · v_ξ [C × tiles], by the register
 // tiles, one ξ and block of kc channels from k0 on at a time (tiles::block in a function of its own, flatten: the
 // tiles inlined there, where the strides of the transformed kernel and image runs are constants; inlined into
@@ -2329,7 +2401,13 @@ __attribute__((flatten)) KS_OWN_FRAME void point_products(int64_t rows, int64_t 
     constexpr int P = panel_width<T>, MR = tiles::row_block;
     constexpr int64_t RS = row_stride<T>;
     const tiles::row_tiles<T> a{u + k0 * m, 1, m, MR};
-    const tiles::panel_rows<T> runs{v + k0 * RS, RS, P};
+    const tiles::panel_rows<T> runs{v + k0 * P, P, channels * P};
+    if constexpr (narrow_tiles) {
+        if (16 * channels * m * int64_t(sizeof(T)) > prefetched_kernel) {
+            narrow_block<T>(rows, kc, a, kernel_ahead<T>{runs, a.data, m, true}, panels, prod, RS, count, k0 > 0);
+            return;
+        }
+    }
     if constexpr (kernel_prefetch) {
         const kernel_ahead<T> b{runs, a.data, m, 16 * channels * m * int64_t(sizeof(T)) > prefetched_kernel};
         tiles::block<T, false, MR, tiles::never_affine>(rows, kc, a, b, panels, prod, RS, count, k0 > 0,
@@ -2350,8 +2428,8 @@ inline void products(int64_t rows, int64_t m, int64_t channels, const T* u, cons
     for (int xi = 0; xi < 16; ++xi) {
         for (int64_t k0 = 0; k0 < channels; k0 += step) {
             const int64_t kc = channels - k0 < step ? channels - k0 : step;
-            point_products<T>(rows, m, channels, k0, kc, u + xi * channels * m, v + xi * RUN, panels, count,
-                              prod + xi * RUN);
+            point_products<T>(rows, m, channels, k0, kc, u + xi * channels * m, v + xi * point_stride<T>(channels),
+                              panels, count, prod + xi * RUN);
         }
     }
 }
@@ -2435,12 +2513,12 @@ void winograd_kernel(int64_t out_channels, int64_t channels, const T* w, T* u) {
     }
 }
 
-// The scratch elements conv_winograd uses: the split image, then a block of transformed tiles and their
-// products.
+// The scratch elements conv_winograd uses: the split image, then a block of transformed tiles, one channel's
+// of them as the transform stores them, and their products.
 template <class T>
 constexpr int64_t winograd_scratch(const conv_shape& s) {
     return convs::aligned(s.channels * winograd::padded_rows(s) * winograd::padded_row(s) + winograd::lanes<T>) +
-           (s.channels + s.out_channels) * winograd::row_stride<T>;
+           16 * winograd::point_stride<T>(s.channels) + (1 + s.out_channels) * winograd::row_stride<T>;
 }
 
 namespace winograd {
@@ -2460,14 +2538,15 @@ __attribute__((always_inline)) inline void channels(const conv_shape& s, int64_t
     const int64_t tiles_all = (s.out[1] + 1) / 2 * ((s.out[2] + 1) / 2);
     T* image = scratch;
     T* v = image + convs::aligned(channels * winograd::padded_rows(s) * winograd::padded_row(s) + winograd::lanes<T>);
-    T* prod = v + channels * winograd::row_stride<T>;
+    T* stage = v + 16 * winograd::point_stride<T>(channels);
+    T* prod = stage + winograd::row_stride<T>;
     for (int64_t n = 0; n < images; ++n) {
         winograd::split_image<T>(s, x + n * channels * s.in_plane(), image);
         T* yn = y + (n * m + first) * s.out[1] * s.out[2];
         bool bad = false;
         for (int64_t t0 = 0; t0 < tiles_all; t0 += TB) {
             const int64_t count = tiles_all - t0 < TB ? tiles_all - t0 : TB;
-            winograd::input_tiles<T>(s, image, t0, count, v);
+            winograd::input_tiles<T>(s, image, t0, count, v, stage);
             winograd::products<T>(mc, m, channels, u + first, v, count, prod);
             bad |= winograd::output_tiles<T, RANGE>(s, first, mc, prod, t0, count, n, yn, epi);
         }
