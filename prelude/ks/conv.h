@@ -2066,9 +2066,8 @@ constexpr int64_t lanes = tiles::simd<T>::lanes;
 // transform stores whole vectors). The products' rows are a cache line more than 16 runs apart, so that rows a
 // multiple of 4 KiB apart do not compete for the same few sets of the L1 cache. The transformed image itself is
 // stored as the products read it: [ξ][panel][C][P] (input_tiles), each point's panel one run of C rows of P
-// consecutive tiles, as a packed matrix product's panels are. (Read from [C][ξ][run], a row 4.6 KB from the next,
-// each k step of a tile met a cache line of another page: on AVX2 (Zen 3) the products of ResNet-18's 256-channel
-// layer ran at 40% of the FMA peak.)
+// consecutive tiles, as a packed matrix product's panels are: a tile's k steps read one stream of consecutive lines.
+// (Stored [C][ξ][run], each k step read a line 4.6 KB from the last, on a page of its own.)
 template <class T>
 constexpr int64_t run_stride = tile_block<T> + lanes<T>;
 template <class T>
@@ -2333,11 +2332,13 @@ struct kernel_ahead : tiles::panel_rows<T> {
     }
 };
 
-// Whether the products run on tiles of narrow_rows rows by two panels (narrow_block) instead of tiles::block's: with
-// 32-byte vectors (x86-64-v3: 16 registers, tiles::block's tiles 6 rows by one panel). u_ξ's columns are read
-// where they lie, MR elements of a line a layer's M floats from the next at each k; 3 rows by two panels read half
-// as many of them per multiply-add. On a Zen 3 (AVX2), with the prefetch of kernel_ahead, ResNet-18's 3 × 3 layers
-// at 14 × 14 (256 channels) took 0.82 of their time, the 512-channel ones at 7 × 7 0.55 (docs/performance.md).
+// Whether the products of a transformed kernel larger than prefetched_kernel run on tiles of narrow_rows rows by two
+// panels (narrow_block) instead of tiles::block's: with 32-byte vectors (x86-64-v3: 16 registers, tiles::block's
+// tiles 6 rows by one panel, without kernel_ahead's prefetch). u_ξ's columns are read where they lie, a line a
+// layer's M floats from the last at each k; 3 rows by two panels read half as many of them per multiply-add, and
+// prefetch the next ones (kernel_ahead). On a Zen 3, with the panels above, ResNet-18's 256-channel layer at 14 × 14
+// took 0.84 (batch 1) and 0.70 (batch 8) of its time, the 128-channel one at 28 × 28 0.91 and 0.88
+// (docs/performance.md, "Winograd on AVX2").
 constexpr bool narrow_tiles = tiles::vector_bytes == 32;
 constexpr int narrow_rows = 3;
 
