@@ -276,12 +276,13 @@ def conv_scratch(s: ConvShape, size: int, t: Tiles, rows: bool = False, images: 
 
 
 def winograd_scratch(s: ConvShape, size: int, t: Tiles) -> int:
-    """ks::winograd_scratch<T>(s): the split image, then a block of transformed tiles, one channel's of them as the
-    transform stores them, and their products."""
-    lanes, block = _lanes(size, t), t.winograd_panels * _panel(size)
-    row_stride = 16 * (block + lanes) + _panel(size)
+    """ks::winograd_scratch<T>(s): the split image, then a block of transformed tiles ([16][C][run]) and their
+    products ([M][row])."""
+    lanes = _lanes(size, t)
+    run = t.winograd_panels * _panel(size) + lanes
     rows, row = (s.out[1] + 1) // 2 * 2 + 2, (s.out[2] + 1) // 2 * 2 + 2
-    return _aligned(s.channels * rows * row + lanes) + 16 * block * s.channels + (1 + s.out_channels) * row_stride
+    products = s.out_channels * (16 * run + _panel(size))
+    return _aligned(s.channels * rows * row + lanes) + 16 * run * s.channels + products
 
 
 DEPTHWISE_RUN = 4           # depthwise::run_vectors

@@ -2061,22 +2061,21 @@ constexpr int64_t tile_block = KS_WINOGRAD_PANELS * panel_width<T>;
 template <class T>
 constexpr int64_t lanes = tiles::simd<T>::lanes;
 
-// A channel's transformed tiles (or an output channel's products) are stored [ξ][run], so that a transform reaches
-// the 16 points at constant offsets from one pointer. A run is TB tiles and a vector's room after them (the input
+// A block of transformed tiles is stored [ξ][C][run] (point ξ's rows one run apart: a tile's k steps read lines
+// 4.5 lines apart, 14 rows a page; stored [C][ξ][run] as the products still are, each k step had read a line 4.6 KB
+// from the last, on a page of its own), their products [M][ξ][run] (an output transform reaches an output channel's
+// 16 points at constant offsets from one pointer). A run is TB tiles and a vector's room after them (the input
 // transform stores whole vectors). The products' rows are a cache line more than 16 runs apart, so that rows a
-// multiple of 4 KiB apart do not compete for the same few sets of the L1 cache. The transformed image itself is
-// stored as the products read it: [ξ][panel][C][P] (input_tiles), each point's panel one run of C rows of P
-// consecutive tiles, as a packed matrix product's panels are: a tile's k steps read one stream of consecutive lines.
-// (Stored [C][ξ][run], each k step read a line 4.6 KB from the last, on a page of its own.)
+// multiple of 4 KiB apart do not compete for the same few sets of the L1 cache.
 template <class T>
 constexpr int64_t run_stride = tile_block<T> + lanes<T>;
 template <class T>
 constexpr int64_t row_stride = 16 * run_stride<T> + panel_width<T>;
 
-// The elements of one point's panels of the transformed image ([panel][C][P]).
+// The elements of one point's rows of the transformed tiles ([C][run]).
 template <class T>
 constexpr int64_t point_stride(int64_t channels) {
-    return tile_block<T> * channels;
+    return run_stride<T> * channels;
 }
 
 // The padded image's rows and their length: the output rounded up to whole 2×2 tiles, plus 2.
@@ -2136,13 +2135,13 @@ inline void for_tile_rows(int64_t tw, int64_t t0, int64_t count, const Run& run)
 }
 
 // Tiles j0 .. j1 - 1 of tile row i of one channel of the split image (its first row at r0, rows ww apart)
-// transformed (Bᵀ d B) into out[ξ·run_stride + j], a vector of tiles at a time. The lanes of the last vector
+// transformed (Bᵀ d B) into oc[ξ·xs + j], a vector of tiles at a time. The lanes of the last vector
 // past j1 compute tiles that are not there, stored into the run's room or over the next tile row's slots,
 // which input_tiles fills after this row.
 template <class T>
-inline void input_row(const T* r0, int64_t ww, int64_t j0, int64_t j1, T* oc) {
+inline void input_row(const T* r0, int64_t ww, int64_t j0, int64_t j1, T* oc, int64_t xs) {
     using V = typename tiles::simd<T>::v;
-    constexpr int64_t L = lanes<T>, RUN = run_stride<T>;
+    constexpr int64_t L = lanes<T>;
     const int64_t half = ww / 2;
     {
         for (int64_t j = j0; j < j1; j += L) {
@@ -2163,36 +2162,29 @@ inline void input_row(const T* r0, int64_t ww, int64_t j0, int64_t j1, T* oc) {
             }
             for (int r = 0; r < 4; ++r) {  // (Bᵀ d) B: its columns combined
                 const V e0 = a[r][0] - a[r][2], e1 = a[r][1] + a[r][2], e2 = a[r][2] - a[r][1], e3 = a[r][1] - a[r][3];
-                std::memcpy(oc + (4 * r + 0) * RUN + j, &e0, sizeof(V));
-                std::memcpy(oc + (4 * r + 1) * RUN + j, &e1, sizeof(V));
-                std::memcpy(oc + (4 * r + 2) * RUN + j, &e2, sizeof(V));
-                std::memcpy(oc + (4 * r + 3) * RUN + j, &e3, sizeof(V));
+                std::memcpy(oc + (4 * r + 0) * xs + j, &e0, sizeof(V));
+                std::memcpy(oc + (4 * r + 1) * xs + j, &e1, sizeof(V));
+                std::memcpy(oc + (4 * r + 2) * xs + j, &e2, sizeof(V));
+                std::memcpy(oc + (4 * r + 3) * xs + j, &e3, sizeof(V));
             }
         }
     }
 }
 
-// v [16][panel][C][P]: the tiles [t0, t0 + count) of the split image transformed, channel by channel into
-// `stage` ([16][run], in the L1 cache), then its whole panels copied to v (point_stride); the block's columns from
-// `count` up to a whole panel are zero.
+// v [16][C][run]: the tiles [t0, t0 + count) of the split image transformed, channel by channel; the block's
+// columns from `count` up to a whole panel are zero.
 template <class T>
-__attribute__((noinline)) void input_tiles(const conv_shape& s, const T* image, int64_t t0, int64_t count, T* v,
-                                           T* stage) {
-    constexpr int P = panel_width<T>;
-    const int64_t ww = padded_row(s), tw = ww / 2 - 1, plane = padded_rows(s) * ww, channels = s.channels;
-    const int64_t panels = (count + P - 1) / P, padded = panels * P;
-    for (int64_t c = 0; c < channels; ++c) {
+__attribute__((noinline)) void input_tiles(const conv_shape& s, const T* image, int64_t t0, int64_t count, T* v) {
+    const int64_t ww = padded_row(s), tw = ww / 2 - 1, plane = padded_rows(s) * ww, xs = point_stride<T>(s.channels);
+    const int64_t padded = (count + panel_width<T> - 1) / panel_width<T> * panel_width<T>;
+    for (int64_t c = 0; c < s.channels; ++c) {
+        T* vc = v + c * run_stride<T>;
         for_tile_rows(tw, t0, count, [=](int64_t i, int64_t j0, int64_t j1, int64_t first) {
-            input_row<T>(image + c * plane + 2 * i * ww, ww, j0, j1, stage + first - j0);
+            input_row<T>(image + c * plane + 2 * i * ww, ww, j0, j1, vc + first - j0, xs);
         });
         for (int xi = 0; xi < 16; ++xi) {
-            const T* from = stage + xi * run_stride<T>;
-            T* to = v + xi * point_stride<T>(channels) + c * P;
             for (int64_t t = count; t < padded; ++t) {
-                stage[xi * run_stride<T> + t] = T(0);
-            }
-            for (int64_t u = 0; u < panels; ++u) {
-                std::memcpy(to + u * channels * P, from + u * P, P * sizeof(T));
+                vc[xi * xs + t] = T(0);
             }
         }
     }
@@ -2402,7 +2394,7 @@ __attribute__((flatten)) KS_OWN_FRAME void point_products(int64_t rows, int64_t 
     constexpr int P = panel_width<T>, MR = tiles::row_block;
     constexpr int64_t RS = row_stride<T>;
     const tiles::row_tiles<T> a{u + k0 * m, 1, m, MR};
-    const tiles::panel_rows<T> runs{v + k0 * P, P, channels * P};
+    const tiles::panel_rows<T> runs{v + k0 * run_stride<T>, run_stride<T>, P};
     if constexpr (narrow_tiles) {
         if (16 * channels * m * int64_t(sizeof(T)) > prefetched_kernel) {
             narrow_block<T>(rows, kc, a, kernel_ahead<T>{runs, a.data, m, true}, panels, prod, RS, count, k0 > 0);
@@ -2514,12 +2506,12 @@ void winograd_kernel(int64_t out_channels, int64_t channels, const T* w, T* u) {
     }
 }
 
-// The scratch elements conv_winograd uses: the split image, then a block of transformed tiles, one channel's
-// of them as the transform stores them, and their products.
+// The scratch elements conv_winograd uses: the split image, then a block of transformed tiles and their
+// products.
 template <class T>
 constexpr int64_t winograd_scratch(const conv_shape& s) {
     return convs::aligned(s.channels * winograd::padded_rows(s) * winograd::padded_row(s) + winograd::lanes<T>) +
-           16 * winograd::point_stride<T>(s.channels) + (1 + s.out_channels) * winograd::row_stride<T>;
+           16 * winograd::point_stride<T>(s.channels) + s.out_channels * winograd::row_stride<T>;
 }
 
 namespace winograd {
@@ -2539,15 +2531,14 @@ __attribute__((always_inline)) inline void channels(const conv_shape& s, int64_t
     const int64_t tiles_all = (s.out[1] + 1) / 2 * ((s.out[2] + 1) / 2);
     T* image = scratch;
     T* v = image + convs::aligned(channels * winograd::padded_rows(s) * winograd::padded_row(s) + winograd::lanes<T>);
-    T* stage = v + 16 * winograd::point_stride<T>(channels);
-    T* prod = stage + winograd::row_stride<T>;
+    T* prod = v + 16 * winograd::point_stride<T>(channels);
     for (int64_t n = 0; n < images; ++n) {
         winograd::split_image<T>(s, x + n * channels * s.in_plane(), image);
         T* yn = y + (n * m + first) * s.out[1] * s.out[2];
         bool bad = false;
         for (int64_t t0 = 0; t0 < tiles_all; t0 += TB) {
             const int64_t count = tiles_all - t0 < TB ? tiles_all - t0 : TB;
-            winograd::input_tiles<T>(s, image, t0, count, v, stage);
+            winograd::input_tiles<T>(s, image, t0, count, v);
             winograd::products<T>(mc, m, channels, u + first, v, count, prod);
             bad |= winograd::output_tiles<T, RANGE>(s, first, mc, prod, t0, count, n, yn, epi);
         }
