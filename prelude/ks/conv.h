@@ -2328,9 +2328,8 @@ struct kernel_ahead : tiles::panel_rows<T> {
 // panels (narrow_block) instead of tiles::block's: with 32-byte vectors (x86-64-v3: 16 registers, tiles::block's
 // tiles 6 rows by one panel, without kernel_ahead's prefetch). u_ξ's columns are read where they lie, a line a
 // layer's M floats from the last at each k; 3 rows by two panels read half as many of them per multiply-add, and
-// prefetch the next ones (kernel_ahead). On a Zen 3, with the panels above, ResNet-18's 256-channel layer at 14 × 14
-// took 0.84 (batch 1) and 0.70 (batch 8) of its time, the 128-channel one at 28 × 28 0.91 and 0.88
-// (docs/performance.md, "Winograd on AVX2").
+// prefetch the next ones (kernel_ahead). On a Zen 3, with the transformed tiles' rows one run apart (above),
+// ResNet-18 took 0.90 of its time at batch 1, ResNet-34 0.91 (docs/performance.md, "Winograd on AVX2").
 constexpr bool narrow_tiles = tiles::vector_bytes == 32;
 constexpr int narrow_rows = 3;
 
