@@ -1,8 +1,8 @@
 """Held-out networks for benchmarks/README.md's checks (torchvision cannot be installed beside the venv's torch): the
-layouts of torchvision's resnext50_32x4d, googlenet, squeezenet1_1 and mobilenet_v3_large written out here, random
-weights, eval mode, the batch norms' running statistics drawn at random. Not part of bench.py's table: run by hand
-against a change (benchmarks/models/compare.py builds two ksbuild versions of them and times both in turn with
-onnxruntime).
+layouts of torchvision's resnext50_32x4d, googlenet, squeezenet1_1, mobilenet_v3_large and resnet34 written out
+here, random weights, eval mode, the batch norms' running statistics drawn at random. Not part of bench.py's table:
+run by hand against a change (benchmarks/models/compare.py builds two ksbuild versions of them and times both in turn
+with onnxruntime).
 """
 from __future__ import annotations
 
@@ -143,6 +143,35 @@ def resnext_like():
     return resnext50_32x4d((1, 1, 1, 1))
 
 
+def resnet34():
+    """torchvision's ResNet-34: ResNet-18's layout (benchmarks/onnx/resnet.py) with [3, 4, 6, 3] basic blocks per
+    stage; its 3 × 3 convolutions of stride 1 are Winograd's (prims/convolve.py), 27 of them against ResNet-18's 12."""
+    import torch
+    from torch import nn
+
+    def conv_bn(cin, cout, k, stride):
+        return nn.Sequential(nn.Conv2d(cin, cout, k, stride, k // 2, bias=False), nn.BatchNorm2d(cout))
+
+    class Block(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.c1, self.c2 = conv_bn(cin, cout, 3, stride), conv_bn(cout, cout, 3, 1)
+            self.down = conv_bn(cin, cout, 1, stride) if stride != 1 or cin != cout else None
+
+        def forward(self, x):
+            y = self.c2(torch.relu(self.c1(x)))
+            return torch.relu(y + (x if self.down is None else self.down(x)))
+
+    layers, cin = [conv_bn(3, 64, 7, 2), nn.ReLU(), nn.MaxPool2d(3, 2, 1)], 64
+    for cout, count, stride in [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)]:
+        for i in range(count):
+            layers.append(Block(cin, cout, stride if i == 0 else 1))
+            cin = cout
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 1000)]
+    torch.manual_seed(0)
+    return _random_statistics(nn.Sequential(*layers))
+
+
 def mobilenet_v3_large():
     """torchvision's mobilenet_v3_large (width 1.0), from benchmarks/onnx/mobilenets.py's blocks: a 3×3 stride-2 stem
     with hardswish, 15 inverted residual blocks (3×3 and 5×5 depthwise, ReLU or hardswish, squeeze-excite with ReLU
@@ -183,4 +212,4 @@ def mobilenet_v3_large():
 
 
 MODELS = {"resnext50_32x4d": resnext50_32x4d, "resnext_like": resnext_like, "googlenet": googlenet,
-          "squeezenet1_1": squeezenet1_1, "mobilenet_v3_large": mobilenet_v3_large}
+          "squeezenet1_1": squeezenet1_1, "mobilenet_v3_large": mobilenet_v3_large, "resnet34": resnet34}

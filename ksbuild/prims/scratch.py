@@ -276,11 +276,13 @@ def conv_scratch(s: ConvShape, size: int, t: Tiles, rows: bool = False, images: 
 
 
 def winograd_scratch(s: ConvShape, size: int, t: Tiles) -> int:
-    """ks::winograd_scratch<T>(s): the split image, then a block of transformed tiles and their products."""
+    """ks::winograd_scratch<T>(s): the split image, then a block of transformed tiles ([16][C][run]) and their
+    products ([M][row])."""
     lanes = _lanes(size, t)
-    row_stride = 16 * (t.winograd_panels * _panel(size) + lanes) + _panel(size)
+    run = t.winograd_panels * _panel(size) + lanes
     rows, row = (s.out[1] + 1) // 2 * 2 + 2, (s.out[2] + 1) // 2 * 2 + 2
-    return _aligned(s.channels * rows * row + lanes) + (s.channels + s.out_channels) * row_stride
+    products = s.out_channels * (16 * run + _panel(size))
+    return _aligned(s.channels * rows * row + lanes) + 16 * run * s.channels + products
 
 
 DEPTHWISE_RUN = 4           # depthwise::run_vectors

@@ -2061,15 +2061,22 @@ constexpr int64_t tile_block = KS_WINOGRAD_PANELS * panel_width<T>;
 template <class T>
 constexpr int64_t lanes = tiles::simd<T>::lanes;
 
-// A block of transformed tiles (or of their products) is stored [row][ξ][run]: row c (input channel, or output
-// channel) holds the 16 points' runs one after the other, so that a transform reaches the 16 at constant
-// offsets from one pointer. A run is TB tiles and a vector's room after them (the input transform stores whole
-// vectors). Rows are a cache line more than 16 runs apart: the matrix product reads a point's rows one after
-// the other, which a multiple of 4 KiB apart would compete for the same few sets of the L1 cache.
+// A block of transformed tiles is stored [ξ][C][run] (point ξ's rows one run apart: a tile's k steps read lines
+// 4.5 lines apart, 14 rows a page; stored [C][ξ][run] as the products still are, each k step had read a line 4.6 KB
+// from the last, on a page of its own), their products [M][ξ][run] (an output transform reaches an output channel's
+// 16 points at constant offsets from one pointer). A run is TB tiles and a vector's room after them (the input
+// transform stores whole vectors). The products' rows are a cache line more than 16 runs apart, so that rows a
+// multiple of 4 KiB apart do not compete for the same few sets of the L1 cache.
 template <class T>
 constexpr int64_t run_stride = tile_block<T> + lanes<T>;
 template <class T>
 constexpr int64_t row_stride = 16 * run_stride<T> + panel_width<T>;
+
+// The elements of one point's rows of the transformed tiles ([C][run]).
+template <class T>
+constexpr int64_t point_stride(int64_t channels) {
+    return run_stride<T> * channels;
+}
 
 // The padded image's rows and their length: the output rounded up to whole 2×2 tiles, plus 2.
 constexpr int64_t padded_rows(const conv_shape& s) {
@@ -2128,13 +2135,13 @@ inline void for_tile_rows(int64_t tw, int64_t t0, int64_t count, const Run& run)
 }
 
 // Tiles j0 .. j1 - 1 of tile row i of one channel of the split image (its first row at r0, rows ww apart)
-// transformed (Bᵀ d B) into out[ξ·run_stride + j], a vector of tiles at a time. The lanes of the last vector
+// transformed (Bᵀ d B) into oc[ξ·xs + j], a vector of tiles at a time. The lanes of the last vector
 // past j1 compute tiles that are not there, stored into the run's room or over the next tile row's slots,
 // which input_tiles fills after this row.
 template <class T>
-inline void input_row(const T* r0, int64_t ww, int64_t j0, int64_t j1, T* oc) {
+inline void input_row(const T* r0, int64_t ww, int64_t j0, int64_t j1, T* oc, int64_t xs) {
     using V = typename tiles::simd<T>::v;
-    constexpr int64_t L = lanes<T>, RUN = run_stride<T>;
+    constexpr int64_t L = lanes<T>;
     const int64_t half = ww / 2;
     {
         for (int64_t j = j0; j < j1; j += L) {
@@ -2155,30 +2162,29 @@ inline void input_row(const T* r0, int64_t ww, int64_t j0, int64_t j1, T* oc) {
             }
             for (int r = 0; r < 4; ++r) {  // (Bᵀ d) B: its columns combined
                 const V e0 = a[r][0] - a[r][2], e1 = a[r][1] + a[r][2], e2 = a[r][2] - a[r][1], e3 = a[r][1] - a[r][3];
-                std::memcpy(oc + (4 * r + 0) * RUN + j, &e0, sizeof(V));
-                std::memcpy(oc + (4 * r + 1) * RUN + j, &e1, sizeof(V));
-                std::memcpy(oc + (4 * r + 2) * RUN + j, &e2, sizeof(V));
-                std::memcpy(oc + (4 * r + 3) * RUN + j, &e3, sizeof(V));
+                std::memcpy(oc + (4 * r + 0) * xs + j, &e0, sizeof(V));
+                std::memcpy(oc + (4 * r + 1) * xs + j, &e1, sizeof(V));
+                std::memcpy(oc + (4 * r + 2) * xs + j, &e2, sizeof(V));
+                std::memcpy(oc + (4 * r + 3) * xs + j, &e3, sizeof(V));
             }
         }
     }
 }
 
-// v [C][16][run]: the tiles [t0, t0 + count) of the split image transformed, channel by channel (a channel's
-// 16 runs are written while they are in the L1 cache); the block's columns from `count` up to a whole panel
-// are zero.
+// v [16][C][run]: the tiles [t0, t0 + count) of the split image transformed, channel by channel; the block's
+// columns from `count` up to a whole panel are zero.
 template <class T>
 __attribute__((noinline)) void input_tiles(const conv_shape& s, const T* image, int64_t t0, int64_t count, T* v) {
-    const int64_t ww = padded_row(s), tw = ww / 2 - 1, plane = padded_rows(s) * ww;
+    const int64_t ww = padded_row(s), tw = ww / 2 - 1, plane = padded_rows(s) * ww, xs = point_stride<T>(s.channels);
     const int64_t padded = (count + panel_width<T> - 1) / panel_width<T> * panel_width<T>;
     for (int64_t c = 0; c < s.channels; ++c) {
-        T* vc = v + c * row_stride<T>;
+        T* vc = v + c * run_stride<T>;
         for_tile_rows(tw, t0, count, [=](int64_t i, int64_t j0, int64_t j1, int64_t first) {
-            input_row<T>(image + c * plane + 2 * i * ww, ww, j0, j1, vc + first - j0);
+            input_row<T>(image + c * plane + 2 * i * ww, ww, j0, j1, vc + first - j0, xs);
         });
         for (int xi = 0; xi < 16; ++xi) {
             for (int64_t t = count; t < padded; ++t) {
-                vc[xi * run_stride<T> + t] = T(0);
+                vc[xi * xs + t] = T(0);
             }
         }
     }
@@ -2318,6 +2324,64 @@ struct kernel_ahead : tiles::panel_rows<T> {
     }
 };
 
+// Whether the products of a transformed kernel larger than prefetched_kernel run on tiles of narrow_rows rows by two
+// panels (narrow_block) instead of tiles::block's: with 32-byte vectors (x86-64-v3: 16 registers, tiles::block's
+// tiles 6 rows by one panel, without kernel_ahead's prefetch). u_ξ's columns are read where they lie, a line a
+// layer's M floats from the last at each k; 3 rows by two panels read half as many of them per multiply-add, and
+// prefetch the next ones (kernel_ahead). On a Zen 3, with the transformed tiles' rows one run apart (above),
+// ResNet-18 took 0.90 of its time at batch 1, ResNet-34 0.91 (docs/performance.md, "Winograd on AVX2").
+constexpr bool narrow_tiles = tiles::vector_bytes == 32;
+constexpr int narrow_rows = 3;
+
+// The last panel of narrow_block when their count is odd (its `cols` columns at c), rows [0, whole): tiles of
+// narrow_rows rows by one panel. (Out of line: in narrow_block, its tile made the frame 528 B.)
+template <class T>
+KS_OWN_FRAME void narrow_panel(int64_t whole, int64_t kc, const tiles::row_tiles<T>& a, const tiles::panel_rows<T>& b,
+                               T* c, int64_t c_rs, int cols, bool load_c) {
+    constexpr int R = narrow_rows;
+    for (int64_t i = 0; i < whole; i += R) {
+        tiles::tile<T, R, 1, false>(kc, a, a.data + i, b, c + i * c_rs, c_rs, cols, load_c);
+    }
+}
+
+// The rows [whole, rows) of narrow_block (1 or 2): tiles::rest_rows' tiles of that many rows. (Out of line: in
+// narrow_block they made its frame 528 B.)
+template <class T>
+KS_OWN_FRAME void narrow_rest(int64_t rows, int64_t whole, int64_t kc, const tiles::row_tiles<T>& a,
+                              const tiles::panel_rows<T>& b, int panels, T* c, int64_t c_rs, int64_t count,
+                              bool load_c) {
+    tiles::rest_rows<T, narrow_rows - 1, false>(static_cast<int>(rows - whole), kc, a, a.data + whole, b, panels,
+                                                c + whole * c_rs, c_rs, count, load_c, {}, whole);
+}
+
+// point_products' block on narrow tiles: rows x count of c (rows c_rs apart) (+)= a [rows × kc] · b, tiles of
+// narrow_rows rows by two panels (the last panel alone when their count is odd: narrow_panel), the rows left (1 or
+// 2) by narrow_rest; the tiles of the first panels prefetch u_ξ's next columns (kernel_ahead).
+template <class T>
+KS_OWN_FRAME void narrow_block(int64_t rows, int64_t kc, const tiles::row_tiles<T>& a, const kernel_ahead<T>& b,
+                               int panels, T* c, int64_t c_rs, int64_t count, bool load_c) {
+    constexpr int R = narrow_rows, NP = 2, P = panel_width<T>;
+    const int64_t whole = rows - rows % R;
+    for (int u = 0; u + NP <= panels; u += NP) {
+        const int64_t left = count - int64_t(u) * P;
+        const int w = static_cast<int>(left < NP * P ? left : NP * P);
+        for (int64_t i = 0; i < whole; i += R) {
+            const tiles::ahead pf = b.on && u == 0 ? tiles::ahead{reinterpret_cast<uintptr_t>(a.data + i + P),
+                                                                  (b.m * int64_t(sizeof(T))) << 16}
+                                                   : tiles::ahead{};
+            tiles::tile<T, R, NP, false>(kc, a, a.data + i, b.from(u), c + i * c_rs + u * P, c_rs, w, load_c, {}, i,
+                                         u * P, pf);
+        }
+    }
+    if (panels % NP != 0) {
+        const int u = panels - 1;
+        narrow_panel<T>(whole, kc, a, b.from(u), c + u * P, c_rs, static_cast<int>(count - int64_t(u) * P), load_c);
+    }
+    if (whole < rows) {
+        narrow_rest<T>(rows, whole, kc, a, b, panels, c, c_rs, count, load_c);
+    }
+}
+
 // The 16 products of a block of `count` tiles, prod_ξ [M × tiles] = u_ξ [M × C] · v_ξ [C × tiles], by the register
 // tiles, one ξ and block of kc channels from k0 on at a time (tiles::block in a function of its own, flatten: the
 // tiles inlined there, where the strides of the transformed kernel and image runs are constants; inlined into
@@ -2329,7 +2393,13 @@ __attribute__((flatten)) KS_OWN_FRAME void point_products(int64_t rows, int64_t 
     constexpr int P = panel_width<T>, MR = tiles::row_block;
     constexpr int64_t RS = row_stride<T>;
     const tiles::row_tiles<T> a{u + k0 * m, 1, m, MR};
-    const tiles::panel_rows<T> runs{v + k0 * RS, RS, P};
+    const tiles::panel_rows<T> runs{v + k0 * run_stride<T>, run_stride<T>, P};
+    if constexpr (narrow_tiles) {
+        if (16 * channels * m * int64_t(sizeof(T)) > prefetched_kernel) {
+            narrow_block<T>(rows, kc, a, kernel_ahead<T>{runs, a.data, m, true}, panels, prod, RS, count, k0 > 0);
+            return;
+        }
+    }
     if constexpr (kernel_prefetch) {
         const kernel_ahead<T> b{runs, a.data, m, 16 * channels * m * int64_t(sizeof(T)) > prefetched_kernel};
         tiles::block<T, false, MR, tiles::never_affine>(rows, kc, a, b, panels, prod, RS, count, k0 > 0,
@@ -2350,8 +2420,8 @@ inline void products(int64_t rows, int64_t m, int64_t channels, const T* u, cons
     for (int xi = 0; xi < 16; ++xi) {
         for (int64_t k0 = 0; k0 < channels; k0 += step) {
             const int64_t kc = channels - k0 < step ? channels - k0 : step;
-            point_products<T>(rows, m, channels, k0, kc, u + xi * channels * m, v + xi * RUN, panels, count,
-                              prod + xi * RUN);
+            point_products<T>(rows, m, channels, k0, kc, u + xi * channels * m, v + xi * point_stride<T>(channels),
+                              panels, count, prod + xi * RUN);
         }
     }
 }
@@ -2440,7 +2510,7 @@ void winograd_kernel(int64_t out_channels, int64_t channels, const T* w, T* u) {
 template <class T>
 constexpr int64_t winograd_scratch(const conv_shape& s) {
     return convs::aligned(s.channels * winograd::padded_rows(s) * winograd::padded_row(s) + winograd::lanes<T>) +
-           (s.channels + s.out_channels) * winograd::row_stride<T>;
+           16 * winograd::point_stride<T>(s.channels) + s.out_channels * winograd::row_stride<T>;
 }
 
 namespace winograd {
@@ -2460,7 +2530,7 @@ __attribute__((always_inline)) inline void channels(const conv_shape& s, int64_t
     const int64_t tiles_all = (s.out[1] + 1) / 2 * ((s.out[2] + 1) / 2);
     T* image = scratch;
     T* v = image + convs::aligned(channels * winograd::padded_rows(s) * winograd::padded_row(s) + winograd::lanes<T>);
-    T* prod = v + channels * winograd::row_stride<T>;
+    T* prod = v + 16 * winograd::point_stride<T>(channels);
     for (int64_t n = 0; n < images; ++n) {
         winograd::split_image<T>(s, x + n * channels * s.in_plane(), image);
         T* yn = y + (n * m + first) * s.out[1] * s.out[2];
