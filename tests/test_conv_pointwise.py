@@ -93,7 +93,8 @@ def test_pointwise_convolutions_over_few_positions_match_onnxruntime(model, tmp_
 def test_pointwise_is_chosen_only_where_it_pays(model, tmp_path):
     """One thread with vectors: every branch; on two threads (ks::conv's parts) and without a vector unit
     (ks::conv_dots) none. Planes whose last panel is full or more than half full, and fewer input channels
-    than POINTWISE_MIN_DEPTH, stay with ks::conv."""
+    than POINTWISE_MIN_DEPTH, stay with ks::conv; at 7 × 7 (one position in the last panel) from
+    POINTWISE_SPARSE_MIN_DEPTH on, a pointwise convolution (not a windowed one) is taken."""
     from ksbuild.ir.types import Type
     from ksbuild.prims.convolve import pointwise_applies
     assert _impls(model) == ["pointwise"] * len(BRANCHES)
@@ -104,7 +105,8 @@ def test_pointwise_is_chosen_only_where_it_pays(model, tmp_path):
     def applies(c, side, m=64, **change):
         x, w, y = Type("f32", (1, c, side, side)), Type("f32", (m, c, 1, 1)), Type("f32", (1, m, side, side))
         return pointwise_applies(x, w, y, dict(params, **change))
-    assert applies(256, 7) and applies(256, 14) and not applies(128, 7)
+    assert applies(256, 7) and applies(256, 14) and not applies(128, 14) and not applies(64, 7)
+    assert applies(96, 7) and applies(160, 7) and not applies(95, 7)  # (POINTWISE_SPARSE_MIN_DEPTH)
     assert not applies(256, 8) and not applies(256, 28) and not applies(256, 5)  # (64, 784: whole; 25: 9 of 16)
     assert not applies(256, 7, groups=2) and not applies(256, 7, impl="gemm")
 

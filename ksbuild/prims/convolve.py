@@ -64,6 +64,13 @@ POINTWISE_MIN_POSITIONS = 16
 # the channels, the products' saving grows with them (AVX-512, 14 × 14: 384 -> 64 channels 1.11 -> 0.95 onnxruntime's
 # time, 64 -> 384 1.00 -> 1.25; 7 × 7: 320 -> 1280 1.19 -> 1.13, 160 -> 960 1.17 -> 1.16).
 POINTWISE_MIN_DEPTH = 192
+# ... or, for a pointwise convolution (no window) whose last panel of positions holds at most this fraction (7 × 7 = 3 ·
+# 16 + 1), from at least POINTWISE_SPARSE_MIN_DEPTH input channels: ks::conv's panels there are a quarter padding, which
+# costs more than the copy out (AVX2 on an AMD Zen 3, 8 positions a step by untranspose8, one image: 160 -> 960 at 7 ×
+# 7 0.84-0.85 of ks::conv's time, 96 -> 576 0.85; at 14 × 14, 4 of 16 positions in the last panel, 64 -> 384 1.12-1.16,
+# 112 -> 672 0.89-1.07: those stay with ks::conv).
+POINTWISE_SPARSE_TAIL = 0.125
+POINTWISE_SPARSE_MIN_DEPTH = 96
 # A convolution with a window (taps, a stride or padding) taken by ks::conv_pointwise the same way, by its im2col blocks
 # (docs/performance.md: ResNet-18's 3 × 3 layers at 7 × 7 at batch 1, whose last panel of 16 positions held one):
 # its kernel's transpose [C·K, M] stored as panels block by block, each block the rows of WINDOW_BLOCK_BYTES of it
@@ -168,7 +175,8 @@ def pointwise_applies(x: Type, w: Type, y: Type, params) -> bool:
     a float pointwise convolution (one group, 1 × 1 taps, stride 1, no padding) of literal sizes over at least
     POINTWISE_MIN_POSITIONS positions whose last panel of positions is at most POINTWISE_MAX_TAIL full (the register
     tiles' lanes that ks::conv would leave padding: 7 × 7 = 3 · 16 + 1, 14 × 14 = 12 · 16 + 4), from at least
-    POINTWISE_MIN_DEPTH input channels."""
+    POINTWISE_MIN_DEPTH input channels (POINTWISE_SPARSE_MIN_DEPTH for a pointwise one whose last panel is at most
+    POINTWISE_SPARSE_TAIL full: 7 × 7)."""
     k = x.rank - 2
     if params.get("impl") != "tiles" or x.dtype not in ("f32", "f64") or params["groups"] != 1 or k < 1:
         return False
@@ -176,10 +184,12 @@ def pointwise_applies(x: Type, w: Type, y: Type, params) -> bool:
     if not all(isinstance(d, int) for d in sizes):
         return False
     n, panel = math.prod(y.shape[2:]), 64 // element_bytes(x.dtype)
-    if n < POINTWISE_MIN_POSITIONS or not 0 < n % panel <= POINTWISE_MAX_TAIL * panel or \
-            x.shape[1] * math.prod(w.shape[2:]) < POINTWISE_MIN_DEPTH:
+    if n < POINTWISE_MIN_POSITIONS or not 0 < n % panel <= POINTWISE_MAX_TAIL * panel:
         return False
-    return not windowed(x, w, y, params) or math.prod(y.shape[2:-1]) <= WINDOW_MAX_ROWS
+    if not windowed(x, w, y, params):
+        sparse = n % panel <= POINTWISE_SPARSE_TAIL * panel
+        return x.shape[1] >= (POINTWISE_SPARSE_MIN_DEPTH if sparse else POINTWISE_MIN_DEPTH)
+    return x.shape[1] * math.prod(w.shape[2:]) >= POINTWISE_MIN_DEPTH and math.prod(y.shape[2:-1]) <= WINDOW_MAX_ROWS
 
 
 def windowed(x: Type, w: Type, y: Type, params) -> bool:

@@ -728,16 +728,18 @@ KS_OWN_FRAME void conv_block(int64_t m, int64_t kc, const tiles::row_tiles<T>& a
 // Whether direct_group runs row tile by row tile over long runs of an output row (long_group): a kernel of few rows
 // (depth at most long_depth: a pointwise layer from 16 or 24 channels, MobileNetV2's 16 → 96 at 112 × 112), output
 // rows of 16 panels or more, more than one row tile and a group's output larger than 1 MB (half of a core's L2), in
-// float on AVX-512 (measured there; its code, ~2.5 KB, on that level alone). Block by block of 4 panels, each block's
-// tiles store to every output channel's plane, 96 streams of 128 bytes at a time for 16 → 96 at 112², and those
-// stores (4.8 MB) missed: 1.4-2.5× the time of the same tiles row tile by row tile over 2048 positions. With an
-// output that stays in L2 (16 → 72 at 56², 0.9 MB) or deeper kernels (32 → 192 at 56², 64 → 384 at 28²), the blocks
-// were as fast or faster (their im2col rows in L1).
+// float on AVX-512 and AVX2 (measured on both; its code, ~2.5 KB, on those levels alone). Block by block of 4 panels,
+// each block's tiles store to every output channel's plane, 96 streams of 128 bytes at a time for 16 → 96 at 112², and
+// those stores (4.8 MB) missed: 1.4-2.5× the time of the same tiles row tile by row tile over 2048 positions (AVX2 on
+// an AMD Zen 3, 6-row tiles: 16 → 96 at 112² 0.47-0.68 of the blocks' time, 2.0-2.9× onnxruntime's before; 24 → 144
+// at 56² 0.82-0.93). With an output that stays in L2 (16 → 72 at 56², 0.9 MB) or deeper kernels (32 → 192 at 56², 64
+// → 384 at 28²), the blocks were as fast or faster (their im2col rows in L1; on AVX2 24 → 88 at 28², 0.28 MB, took
+// 1.14× the blocks' time row tile by row tile).
 constexpr int64_t long_depth = 24;
 
 template <class T>
 constexpr bool long_rows(const conv_shape& s, int64_t mg) {
-    return tiles::vector_bytes == 64 && sizeof(T) == 4 && s.depth() <= long_depth &&
+    return tiles::vector_bytes >= 32 && sizeof(T) == 4 && s.depth() <= long_depth &&
            s.out[2] >= 16 * panel_width<T> && mg > tiles::row_block &&
            mg * s.positions() * int64_t(sizeof(T)) > (int64_t(1) << 20);
 }
@@ -1576,11 +1578,67 @@ inline void transpose16(__m512* r) {
 }
 #endif
 
+#if defined(__AVX2__)
+// r[k] = lane c of the 8 vectors r becomes lane k of vector c (an 8 × 8 transpose: pairs of lanes, pairs of pairs
+// within each 128-bit half, then the halves).
+inline void transpose8(__m256* r) {
+    __m256 t[8];
+    for (int i = 0; i < 4; ++i) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    __m256 u[8];
+    for (int i = 0; i < 2; ++i) {
+        const __m256d a = _mm256_castps_pd(t[4 * i]), b = _mm256_castps_pd(t[4 * i + 1]);
+        const __m256d c = _mm256_castps_pd(t[4 * i + 2]), d = _mm256_castps_pd(t[4 * i + 3]);
+        u[4 * i] = _mm256_castpd_ps(_mm256_unpacklo_pd(a, c));  // (rows 4i.., columns 0 and 4)
+        u[4 * i + 1] = _mm256_castpd_ps(_mm256_unpackhi_pd(a, c));
+        u[4 * i + 2] = _mm256_castpd_ps(_mm256_unpacklo_pd(b, d));
+        u[4 * i + 3] = _mm256_castpd_ps(_mm256_unpackhi_pd(b, d));
+    }
+    for (int k = 0; k < 4; ++k) {
+        r[k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x20);
+        r[4 + k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x31);
+    }
+}
+#endif
+
+#if defined(__AVX2__) && !defined(__AVX512F__)
+// untranspose's copy for float on AVX2 (16 ymm registers): 8 positions a step, each half of their rows of t (channels
+// 0-7, then 8-15: one vector per row) transposed in registers (transpose8), then each channel's vector finished
+// (tiles::finish) and stored, the last step's lanes past n by tiles::store's masked move. (The scalar copy had been 2%
+// of ks::conv_pointwise's time at 7 × 7 from 960 channels, and more from fewer.)
+inline void untranspose8(const float* t, int64_t ld, int64_t m, int64_t n, float* y, const affine<float>& fin) {
+    for (int64_t q = 0; q < n; q += 8) {
+        const int left = n - q < 8 ? int(n - q) : 8;
+        for (int h = 0; h < 2 && 8 * h < m; ++h) {
+            __m256 r[8];
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; ++j) {  // (rows past n: zeros, never stored)
+                r[j] = j < left ? _mm256_loadu_ps(t + (q + j) * ld + 8 * h) : _mm256_setzero_ps();
+            }
+            transpose8(r);
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; ++k) {
+                const int64_t c = 8 * h + k;
+                if (c < m) {
+                    const typename tiles::simd<float>::v x = r[k];
+                    tiles::store<float>(fin ? tiles::finish<float>(x, fin, fin.bias != nullptr ? fin.bias[c] : 0.0f)
+                                            : x,
+                                        y + c * n + q, left, false);
+                }
+            }
+        }
+    }
+}
+#endif
+
 // y [m, n] = epi(t [n, ld]ᵀ) for m <= P output channels from row i of the whole result (one cache line of each of
 // t's rows read, m rows of y written front to back), the affine epilogue as each value is copied, any other after.
 // Float on AVX-512: 16 positions a step, their rows of t (one vector each) transposed in registers (transpose16),
 // then each channel's vector finished (tiles::finish: the same operations as affine::apply, lane by lane) and stored,
-// masked past n. (The scalar copy had been 7% of ResNet-18's 128 -> 256 stride-2 layer at batch 8.)
+// masked past n. (The scalar copy had been 7% of ResNet-18's 128 -> 256 stride-2 layer at batch 8.) Float on AVX2:
+// the same 8 positions at a time (untranspose8).
 template <class T>
 KS_OWN_FRAME void untranspose(const T* t, int64_t ld, int64_t m, int64_t n, T* y, const epilogue<T>& epi, int64_t i) {
     constexpr int P = panel_width<T>;
@@ -1605,6 +1663,14 @@ KS_OWN_FRAME void untranspose(const T* t, int64_t ld, int64_t m, int64_t n, T* y
                 }
             }
         }
+        if (!fin) {
+            epi(i, 0, y, n, 1, m, n);
+        }
+        return;
+    }
+#elif defined(__AVX2__)
+    if constexpr (std::is_same_v<T, float> && P == 16 && tiles::simd<T>::lanes == 8) {
+        untranspose8(t, ld, m, n, y, fin);
         if (!fin) {
             epi(i, 0, y, n, 1, m, n);
         }
@@ -2870,28 +2936,7 @@ inline void store_part(float* p, lanes_m m, lanes_v v, bool whole) {
     }
 }
 inline lanes_v fmadd(lanes_v a, lanes_v b, lanes_v c) { return _mm256_fmadd_ps(a, b, c); }
-// r[k] = lane c of the 8 vectors r becomes lane k of vector c (an 8 × 8 transpose: pairs of lanes, pairs of pairs
-// within each 128-bit half, then the halves).
-inline void transpose_lanes(lanes_v* r) {
-    __m256 t[8];
-    for (int i = 0; i < 4; ++i) {
-        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    __m256 u[8];
-    for (int i = 0; i < 2; ++i) {
-        const __m256d a = _mm256_castps_pd(t[4 * i]), b = _mm256_castps_pd(t[4 * i + 1]);
-        const __m256d c = _mm256_castps_pd(t[4 * i + 2]), d = _mm256_castps_pd(t[4 * i + 3]);
-        u[4 * i] = _mm256_castpd_ps(_mm256_unpacklo_pd(a, c));  // (rows 4i.., columns 0 and 4)
-        u[4 * i + 1] = _mm256_castpd_ps(_mm256_unpackhi_pd(a, c));
-        u[4 * i + 2] = _mm256_castpd_ps(_mm256_unpacklo_pd(b, d));
-        u[4 * i + 3] = _mm256_castpd_ps(_mm256_unpackhi_pd(b, d));
-    }
-    for (int k = 0; k < 4; ++k) {
-        r[k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x20);
-        r[4 + k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x31);
-    }
-}
+inline void transpose_lanes(lanes_v* r) { convs::transpose8(r); }
 #endif
 
 // The padded rows j < e1 of a band whose image row (top + j) lies outside the image, zeroed (AL · e2 elements each).

@@ -388,9 +388,9 @@ void streamed_panels(uint64_t& state) {
 }
 
 // Kernels of few rows over long output rows and a group's output over 1 MB (ks/conv.h: convs::long_rows, on AVX-512
-// row tile by row tile over runs of up to 2048 positions, long_group): a pointwise layer from 16 channels over 90 × 90
-// (one row of 8100 positions as ks::conv runs it: four runs, the last panel partial; 44 output channels: a row tile
-// of 4 after five whole ones), a 3 × 3 layer from 2 channels (depth 18, rows of 400, padded), two images; and two
+// and AVX2 row tile by row tile over runs of up to 2048 positions, long_group): a pointwise layer from 16 channels over
+// 90 × 90 (one row of 8100 positions as ks::conv runs it: four runs, the last panel partial; 44 output channels: a row
+// tile of 4 after five whole ones), a 3 × 3 layer from 2 channels (depth 18, rows of 400, padded), two images; and two
 // groups of 16 → 24 pointwise at 120 × 120, with and without an epilogue (the lambda's channel and position checked).
 template <class T>
 void long_row_convs(uint64_t& state) {
