@@ -163,7 +163,8 @@ def _build_exports(m: Manifest, after: str | None, target: str | None) -> list[E
     t = get_target(target or m.build.target)
     several = m.build.optimize == "speed" and get_backend(m.build.backend).cpu_variants  # (render.py: variants)
     options = Options(backend=m.build.backend, threads=m.build.threads, vectors=t.vectors,
-                      tiles=target_tiles(t, m.build.cpu, several), arena_align=arena_align(t.vectors))
+                      tiles=target_tiles(t, m.build.cpu, several), arena_align=arena_align(t.vectors),
+                      size=m.build.optimize == "size")
     kernels: dict[str, Func] = {}
     out = []
     for spec in m.exports.values():

@@ -8,7 +8,8 @@ convolve[strides, pads, dilations, groups, impl, epilogue?](x, w, *extra) -> y
     the transformed kernel u [16, C, M] that winograd_kernel makes), "depthwise" ks::conv_depthwise (one group
     per input channel: each channel copied zero-padded, then every tap's weight times vectors of the copy), "dots"
     ks::conv_dots (a target without a vector unit: transforms/dot_convs.py; each output position's window gathered,
-    then dotted with the kernel's rows), "pointwise" ks::conv_pointwise (a pointwise convolution over few positions
+    then dotted with the kernel's rows), "loops" a loop nest over literal sizes in the generated code (the same
+    targets at optimize = "size", a network of few convolutions: prims/conv_loops.py), "pointwise" ks::conv_pointwise (a pointwise convolution over few positions
     computed transposed, the positions as the register tiles' rows: w is then the kernel's transpose stored as
     panels [ceil(M / P), C, P] by transforms/layout_constants.py, and the param `cols` is M; a convolution with a
     window, taps, a stride or padding, over few positions likewise by its im2col blocks: its kernel's transpose
@@ -32,6 +33,7 @@ from ..ir.types import Type, element_bytes, numel
 from . import scratch as scratch_sizes
 from .base import Prim, first_rows
 from .conv import conv as _conv_prim
+from .conv_loops import emit_conv_loops
 from .lowering import (
     OPT_OUTS,
     PARALLEL_MIN_MACS,
@@ -80,7 +82,7 @@ WINDOW_BLOCK_BYTES = 512 * 1024
 WINDOW_MAX_ROWS = 64
 
 
-IMPLS = ("tiles", "gemm", "winograd", "depthwise", "dots", "pointwise")
+IMPLS = ("tiles", "gemm", "winograd", "depthwise", "dots", "pointwise", "loops")
 
 
 def winograd_transform(w: np.ndarray) -> np.ndarray:
@@ -264,12 +266,19 @@ def conv_shape(ctx, eqn: Eqn, kernel: Type | None = None) -> str:
 
 
 def emit_convolve(ctx, eqn: Eqn, impl: str) -> None:
-    """One ks::conv (ks::conv_rows, ks::conv_winograd) call over all images; x, w and y dense row-major."""
+    """One ks::conv (ks::conv_rows, ks::conv_winograd) call over all images, or impl "loops"'s loop nest; x, w and y
+    dense row-major."""
     x, w = eqn.ins[:2]
     (y,) = eqn.outs
     c = ctx.ctype(y.type)
     sx, sw = _dense(ctx, x, "image"), _dense(ctx, w, "kernel")
     dst, out = _dense_target(ctx, y, "conv")
+    if impl == "loops":
+        emit_conv_loops(ctx, eqn, sx, sw, out)
+        if out is not dst:
+            ctx.copy(out, dst, y.type)
+        ctx.env[y] = dst
+        return
     shape = conv_shape(ctx, eqn)
     threads = eqn.params.get("threads", 0)
     scratch = ctx.scratch(c, _scratch_size(c, impl, shape, threads, ctx.dim(x.type.shape[0])), required=True, eqn=eqn)
@@ -401,7 +410,7 @@ def _convolve_scratch(eqn: Eqn, tiles) -> int | None:
           "gemm": lambda s, n, t: scratch_sizes.conv_scratch(s, n, t, rows=True),
           "winograd": scratch_sizes.winograd_scratch, "depthwise": scratch_sizes.depthwise_scratch,
           "dots": lambda s, n, t: scratch_sizes.dots_scratch(s),
-          "pointwise": scratch_sizes.pointwise_scratch}[impl]
+          "pointwise": scratch_sizes.pointwise_scratch, "loops": lambda s, n, t: 0}[impl]
 
     def elements(t) -> int:
         n = of(s, size, t)

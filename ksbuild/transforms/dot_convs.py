@@ -21,25 +21,41 @@ same 4 columns at a time). Products of more rows keep the dot kernels.
 from __future__ import annotations
 
 from ..ir.core import Func
+from ..prims.conv_loops import literal_sizes
 from ..prims.convolve import convolve
 from ..prims.lowering import DOT_BLOCK
 from .rewrite import bind_like, rewrite, walk_funcs
 
 FLOAT = ("f32", "f64")
+# At optimize = "size", a network of at most this many float convolutions has a loop nest for each (impl "loops",
+# prims/conv_loops.py: about 0.1-0.2 KB of a Cortex-M4's flash a layer) instead of ks::conv_dots (1.1 KB whatever
+# their number): the benchmark's CNN has two and a classifier.
+LOOP_CONVS = 3
 ONE_TAP = dict(strides=(1,), pads=(0, 0), dilations=(1,), groups=1)
 
 
-def dot_convs(f: Func) -> Func:
+def dot_convs(f: Func, size: bool = False) -> Func:
     """f with its float tiles and depthwise convolutions as impl "dots", and then its a · bᵀ products as well (or,
-    without convolutions, its products of one row as loop nests)."""
+    without convolutions, its products of one row as loop nests); with `size` (optimize = "size") and at most
+    LOOP_CONVS such convolutions, all of literal sizes, those as impl "loops" and its products of one row too."""
+    convs = [e for h in walk_funcs(f) for e in h.eqns if _dots_conv(e)]
+    impl = "loops" if size and len(convs) <= LOOP_CONVS and all(literal_sizes(*_types(e)) for e in convs) else "dots"
+
     def conv_rule(b, eqn, ins):
-        if eqn.prim.name != "convolve" or eqn.params["impl"] not in ("tiles", "depthwise") or \
-                eqn.outs[0].type.dtype not in FLOAT:
-            return None
-        return bind_like(b, eqn, eqn.prim, ins, dict(eqn.params, impl="dots"))
+        return bind_like(b, eqn, eqn.prim, ins, dict(eqn.params, impl=impl)) if _dots_conv(eqn) else None
     g = rewrite(f, conv_rule)
-    has_dots = any(e.prim.name == "convolve" and e.params["impl"] == "dots" for h in walk_funcs(g) for e in h.eqns)
-    return rewrite(g, _product_rule) if has_dots else rewrite(g, _row_rule)
+    return rewrite(g, _product_rule) if convs and impl == "dots" else rewrite(g, _row_rule)
+
+
+def _dots_conv(eqn) -> bool:
+    """Whether an equation is a float convolve of impl "tiles" or "depthwise" (what becomes "dots" or "loops")."""
+    return eqn.prim.name == "convolve" and eqn.params["impl"] in ("tiles", "depthwise") and \
+        eqn.outs[0].type.dtype in FLOAT
+
+
+def _types(eqn) -> tuple:
+    """A convolve's operand types x, w and result type y."""
+    return eqn.ins[0].type, eqn.ins[1].type, eqn.outs[0].type
 
 
 def _row_rule(b, eqn, ins):

@@ -46,6 +46,7 @@ class Options:
     vectors: bool = True  # the target has a vector unit (Target.vectors); without, panels are 4 columns wide
     tiles: tuple = ALL_TILES  # the register tiles of the levels the kernels are built for (prims/scratch.py)
     arena_align: int = 64  # the bytes workspace offsets are multiples of (plan_memory.arena_align)
+    size: bool = False  # [build] optimize = "size" (dot_convs: a network of few convolutions as loop nests)
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ PASSES = [
          "an integer product whose int32 sums are converted to float and scaled gives float results itself"),
     Pass("select_backend", lambda f, o: select_backend(f, get_backend(o.backend), o.threads),
          "einsums become loop nests or matrix product calls"),
-    Pass("dot_convs", lambda f, o: f if o.vectors else dot_convs(f),
+    Pass("dot_convs", lambda f, o: f if o.vectors else dot_convs(f, o.size),
          "without a vector unit, float convolutions are dot products over gathered windows (ks::conv_dots)"),
     Pass("step_projections", lambda f, o: f if o.vectors else step_projections(f),
          "without a vector unit, a recurrent loop projects each step's input in its body, not all steps before it"),
