@@ -44,10 +44,12 @@ def emit_conv_loops(ctx, eqn: Eqn, sx, sw, dst) -> None:
         i = fresh("i")
         pad = [("1", f"* -{p['pads'][a]}")] if p["pads"][a] else []
         first = _sum([(o[a], f"* {p['strides'][a]}"), *pad, (inner[-1], f"* {p['dilations'][a]}")])
-        ctx.line(f"const int32_t {i} = {first};")
+        if first != "0":
+            ctx.line(f"const int32_t {i} = {first};")
         if p["pads"][a] or p["pads"][k + a]:
             ctx.line(f"if (uint32_t({i}) >= {ins[a]}u) continue;")
-        x_at, w_at = f"({x_at}) * {ins[a]} + {i}", _sum([(f"({w_at})", f"* {taps[a]}"), (inner[-1], "")])
+        x_at = _sum([(f"({x_at})", f"* {ins[a]}"), (i if first != "0" else "0", "")])
+        w_at = _sum([(f"({w_at})", f"* {taps[a]}"), (inner[-1], "")])
     ctx.line(f"{acc} += {sx.base}[{x_at}] * {sw.base}[{w_at}];")
     ctx.close_loops(inner)
     position = _sum([(o[a], "".join(f"* {d} " for d in outs[a + 1:]).strip()) for a in range(k)])

@@ -44,7 +44,7 @@ def dot_convs(f: Func, size: bool = False) -> Func:
     def conv_rule(b, eqn, ins):
         return bind_like(b, eqn, eqn.prim, ins, dict(eqn.params, impl=impl)) if _dots_conv(eqn) else None
     g = rewrite(f, conv_rule)
-    return rewrite(g, _product_rule) if convs and impl == "dots" else rewrite(g, _row_rule)
+    return rewrite(g, lambda b, eqn, ins: _product_rule(b, eqn, ins, impl)) if convs else rewrite(g, _row_rule)
 
 
 def _dots_conv(eqn) -> bool:
@@ -84,8 +84,9 @@ def dense_applies(spec: str, w_shape: tuple) -> bool:
     return isinstance(w_shape[0], int) and w_shape[0] >= DOT_BLOCK
 
 
-def _product_rule(b, eqn, ins):
-    """A float contract "ik,jk->ij" (impl "tiles", not accumulating) as a one-tap convolve of impl "dots"."""
+def _product_rule(b, eqn, ins, impl: str):
+    """A float contract "ik,jk->ij" (impl "tiles", not accumulating) as a one-tap convolve of impl `impl` ("dots" or
+    "loops")."""
     if eqn.prim.name != "contract" or eqn.params.get("impl") != "tiles" or eqn.params.get("acc") or len(ins) != 2:
         return None
     (y,) = eqn.outs
@@ -97,5 +98,5 @@ def _product_rule(b, eqn, ins):
     (m, k), (n, _) = ins[0].type.shape, ins[1].type.shape
     x = b.reshape(ins[0], shape=(m, k, 1))
     w = b.reshape(ins[1], shape=(n, k, 1))
-    (out,) = b.bind(convolve, [x, w], dict(ONE_TAP, impl="dots"))
+    (out,) = b.bind(convolve, [x, w], dict(ONE_TAP, impl=impl))
     return [b.reshape(out, shape=(m, n))]
