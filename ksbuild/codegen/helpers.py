@@ -57,6 +57,15 @@ class Helpers:
                 self.by_text[key] = _write_tensor(fn, dims, writer, self._name(fn.name), strided)
         return self.by_text[key]
 
+    def text(self, base: str, lines: list[str]) -> str:
+        """The name of a helper function of these lines ({name} for its name): one per distinct text (a generated
+        loop nest of a package, prims/conv_loops.py), named after `base`."""
+        key = "text\n" + "\n".join(lines)
+        if key not in self.by_text:
+            name = self._name(base)
+            self.by_text[key] = Helper(name, [], [line.replace("{name}", name) for line in lines], 0)
+        return self.by_text[key].name
+
     def _name(self, base: str) -> str:
         from .viewmodel import C_KEYWORDS
         base = base if base.isidentifier() else "helper"

@@ -27,19 +27,23 @@ from ..prims.lowering import DOT_BLOCK
 from .rewrite import bind_like, rewrite, walk_funcs
 
 FLOAT = ("f32", "f64")
-# At optimize = "size", a network of at most this many float convolutions has a loop nest for each (impl "loops",
-# prims/conv_loops.py: about 0.1-0.2 KB of a Cortex-M4's flash a layer) instead of ks::conv_dots (1.1 KB whatever
-# their number): the benchmark's CNN has two and a classifier.
-LOOP_CONVS = 3
+# At optimize = "size", a network of at most this many distinct float convolutions (sizes, strides, padding, groups)
+# has a loop nest for each (impl "loops", prims/conv_loops.py: 0.1-0.2 KB of a Cortex-M4's flash a distinct layer,
+# layers of the same sizes sharing theirs) instead of ks::conv_dots (1.1 KB however many; issue 36 item 3): the
+# benchmark's CNN has two, its keyword spotter three (of nine), its MobileNet-like net nine.
+LOOP_GEOMETRIES = 12
 ONE_TAP = dict(strides=(1,), pads=(0, 0), dilations=(1,), groups=1)
 
 
 def dot_convs(f: Func, size: bool = False) -> Func:
     """f with its float tiles and depthwise convolutions as impl "dots", and then its a · bᵀ products as well (or,
     without convolutions, its products of one row as loop nests); with `size` (optimize = "size") and at most
-    LOOP_CONVS such convolutions, all of literal sizes, those as impl "loops" and its products of one row too."""
+    LOOP_GEOMETRIES distinct such convolutions, all of literal sizes, those as impl "loops" (and its a · bᵀ products
+    as one-tap ones)."""
     convs = [e for h in walk_funcs(f) for e in h.eqns if _dots_conv(e)]
-    impl = "loops" if size and len(convs) <= LOOP_CONVS and all(literal_sizes(*_types(e)) for e in convs) else "dots"
+    loops = size and len({_geometry(e) for e in convs}) <= LOOP_GEOMETRIES and \
+        all(literal_sizes(*_types(e)) for e in convs)
+    impl = "loops" if loops else "dots"
 
     def conv_rule(b, eqn, ins):
         return bind_like(b, eqn, eqn.prim, ins, dict(eqn.params, impl=impl)) if _dots_conv(eqn) else None
@@ -51,6 +55,12 @@ def _dots_conv(eqn) -> bool:
     """Whether an equation is a float convolve of impl "tiles" or "depthwise" (what becomes "dots" or "loops")."""
     return eqn.prim.name == "convolve" and eqn.params["impl"] in ("tiles", "depthwise") and \
         eqn.outs[0].type.dtype in FLOAT
+
+
+def _geometry(eqn) -> tuple:
+    """What a convolve's loop nest depends on: its types' shapes and its geometry."""
+    p = eqn.params
+    return tuple(t.shape for t in _types(eqn)) + tuple(tuple(p[k]) for k in ("strides", "pads", "dilations")) + (p["groups"],)
 
 
 def _types(eqn) -> tuple:
