@@ -1,0 +1,70 @@
+"""Loop nests at optimize = "size" on a Cortex-M4 (transforms/dot_convs.py, prims/conv_loops.py; issue 36 item 3): a
+network of few distinct float convolutions computes each as a loop nest over its literal sizes (the layers of the same
+sizes sharing one helper function), and a network without convolutions or recurrent loops its products of several
+rows. Each network is packaged for cortex-m4 at size, linked into benchmarks/cortex_m4's program and run on QEMU's
+mps2-an386 board; its outputs against onnxruntime's, and the program links none of the kernel layer's dot kernels.
+
+Needs arm-none-eabi-gcc with newlib and qemu-system-arm (scripts/install.sh, as root); skips naming what is
+missing."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks/cortex_m4"))
+import firmware  # noqa: E402
+
+
+def _odd_convs():
+    """1-d convolutions of every geometry the nests handle: groups (not depthwise), a stride, a dilation, padding
+    at one end only, a tanh epilogue (not a bias and bounds: a lambda the nest calls), a pointwise one."""
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Conv1d(4, 6, 3, stride=2, padding=2, dilation=2, groups=2)
+            self.b = nn.Conv1d(6, 5, 1)
+            self.c = nn.Conv1d(5, 3, 2)
+
+        def forward(self, x):
+            y = torch.tanh(self.a(x))
+            y = self.b(y)
+            return self.c(nn.functional.pad(y, (0, 1)))
+    torch.manual_seed(0)
+    return Net(), (1, 4, 11)
+
+
+# The kernel layer's dot kernels none of these programs links (their nests are in the generated code).
+DOT_KERNELS = ("conv_dots<", "gathered_dots<", "gather_window<", "panel_dots<", "dot_rows<", "dot4<", "block_epilogue<")
+
+
+@pytest.mark.parametrize("name", ["kws", "transformer", "odd_convs"])
+def test_size_builds_of_few_layers_are_loop_nests_and_agree_with_onnxruntime(tmp_path, name):
+    if firmware.missing_tools():
+        pytest.skip(f"not on PATH: {', '.join(firmware.missing_tools())} (scripts/install.sh installs them, as root)")
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("torch")
+    from networks import export, models
+    module, shape = _odd_convs() if name == "odd_convs" else models()[name]
+    export(module, shape, tmp_path / f"{name}.onnx")
+    x = firmware.input_for(shape)
+    session = ort.InferenceSession(str(tmp_path / f"{name}.onnx"), providers=["CPUExecutionProvider"])
+    want = session.run(None, {"x": x})[0].ravel()
+    tree = firmware.ksbuild_package(name, tmp_path / f"{name}.onnx", tmp_path / "ks", "size")
+    run = firmware.ksbuild_app(tree, name, (x.size, want.size), tmp_path / "app")
+    np.testing.assert_allclose(run.outputs, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    names = subprocess.run(["arm-none-eabi-nm", "-C", str(run.elf)], capture_output=True, text=True,
+                           check=True).stdout
+    assert not [k for k in DOT_KERNELS if k in names], [line for line in names.splitlines() if "ks_kernels" in line]
+    assert run.stack <= max(64, firmware.ksbuild_stack(tree, name)) + MEMSET_FRAME, run.stack
+
+
+# newlib's memset pushes 12 B, which the build's stack figure counts as 0 (compile/footprint.py: calls into the C
+# library); a product's nest that adds into its result zeroes it first, a loop GCC makes a call of memset.
+MEMSET_FRAME = 12
