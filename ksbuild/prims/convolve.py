@@ -9,7 +9,8 @@ convolve[strides, pads, dilations, groups, impl, epilogue?](x, w, *extra) -> y
     per input channel: each channel copied zero-padded, then every tap's weight times vectors of the copy), "dots"
     ks::conv_dots (a target without a vector unit: transforms/dot_convs.py; each output position's window gathered,
     then dotted with the kernel's rows), "loops" a loop nest over literal sizes in the generated code (the same
-    targets at optimize = "size", a network of few convolutions: prims/conv_loops.py), "pointwise" ks::conv_pointwise (a pointwise convolution over few positions
+    targets at optimize = "size", a network of few convolutions: prims/conv_loops.py), "pointwise"
+    ks::conv_pointwise (a pointwise convolution over few positions
     computed transposed, the positions as the register tiles' rows: w is then the kernel's transpose stored as
     panels [ceil(M / P), C, P] by transforms/layout_constants.py, and the param `cols` is M; a convolution with a
     window, taps, a stride or padding, over few positions likewise by its im2col blocks: its kernel's transpose

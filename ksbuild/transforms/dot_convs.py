@@ -17,6 +17,15 @@ ks::tiles::dense_row (impl "dense": 4 columns at a time, blocked in registers, t
 affine epilogue, by value: one function for all such layers of a package, 356 B of the benchmark's MLP at -O3
 where the loop nests of each layer were 732 B); any other is a loop nest in the generated code (impl "loops": the
 same 4 columns at a time). Products of more rows keep the dot kernels.
+
+At optimize = "size" (Options.size) a network of at most LOOP_GEOMETRIES distinct float convolutions, all of literal
+sizes, has them as impl "loops" instead, and its a · bᵀ products as one-tap ones: a loop nest each in the generated
+code (prims/conv_loops.py; the layers of the same sizes sharing one helper function), none of ks::conv_dots's code.
+A network without convolutions or recurrent loops computes its products of several rows as loop nests too (impl
+"loops" of contract). On the Cortex-M4 benchmark's networks (benchmarks/README.md, Cortex-M4): the CNN 8072 -> 7032 B
+of flash, the keyword spotter 92712 -> 91520, the MobileNet-like net 57696 -> 57336, the transformer layer 37200 ->
+35728 (emx-onnx-cgen at -Os: 7336, 91568, 57888, 36640), fewer instructions for all but the transformer and the CNN,
+whose stay below emx-onnx-cgen's.
 """
 from __future__ import annotations
 
@@ -59,12 +68,16 @@ def _rows_rule(b, eqn, ins):
     "loops": optimize = "size", a network without convolutions or recurrent loops, whose products' dot kernels,
     ks::packed_gemm's and ks::tiled_gemm's with their epilogue code, were 1.5 KB of a transformer layer's flash
     on a Cortex-M4 against 0.9 KB of nests; a recurrent loop's projection of every step is step_projections')."""
-    if eqn.prim.name != "contract" or eqn.params.get("impl") != "tiles" or eqn.params.get("acc"):
-        return None
-    y = eqn.outs[0].type
-    if y.dtype not in FLOAT or (y.rank == 2 and y.shape[0] == 1):
+    y = eqn.outs[0].type if eqn.outs else None
+    if not _float_tiles(eqn) or (y.rank == 2 and y.shape[0] == 1):
         return _row_rule(b, eqn, ins)
     return bind_like(b, eqn, eqn.prim, ins, dict(eqn.params, impl="loops"))
+
+
+def _float_tiles(eqn) -> bool:
+    """Whether an equation is a float contract of impl "tiles", not accumulating."""
+    return eqn.prim.name == "contract" and eqn.params.get("impl") == "tiles" and not eqn.params.get("acc") and \
+        eqn.outs[0].type.dtype in FLOAT
 
 
 def _dots_conv(eqn) -> bool:
@@ -76,7 +89,8 @@ def _dots_conv(eqn) -> bool:
 def _geometry(eqn) -> tuple:
     """What a convolve's loop nest depends on: its types' shapes and its geometry."""
     p = eqn.params
-    return tuple(t.shape for t in _types(eqn)) + tuple(tuple(p[k]) for k in ("strides", "pads", "dilations")) + (p["groups"],)
+    shapes = tuple(t.shape for t in _types(eqn))
+    return shapes + tuple(tuple(p[k]) for k in ("strides", "pads", "dilations")) + (p["groups"],)
 
 
 def _types(eqn) -> tuple:
@@ -87,10 +101,8 @@ def _types(eqn) -> tuple:
 def _row_rule(b, eqn, ins):
     """A float product of one row (impl "tiles", not accumulating) as a loop nest (impl "loops"), or, when it is
     x · wᵀ with w [n, k] as stored and n >= 4 columns, a call of ks::tiles::dense_row (impl "dense")."""
-    if eqn.prim.name != "contract" or eqn.params.get("impl") != "tiles" or eqn.params.get("acc"):
-        return None
-    y = eqn.outs[0].type
-    if y.dtype not in FLOAT or y.rank != 2 or y.shape[0] != 1:
+    y = eqn.outs[0].type if eqn.outs else None
+    if not _float_tiles(eqn) or y.rank != 2 or y.shape[0] != 1:
         return None
     return bind_like(b, eqn, eqn.prim, ins, dict(eqn.params, impl="dense" if _dense(eqn) else "loops"))
 
@@ -113,12 +125,11 @@ def dense_applies(spec: str, w_shape: tuple) -> bool:
 def _product_rule(b, eqn, ins, impl: str):
     """A float contract "ik,jk->ij" (impl "tiles", not accumulating) as a one-tap convolve of impl `impl` ("dots" or
     "loops")."""
-    if eqn.prim.name != "contract" or eqn.params.get("impl") != "tiles" or eqn.params.get("acc") or len(ins) != 2:
+    if not _float_tiles(eqn) or len(ins) != 2:
         return None
-    (y,) = eqn.outs
     left, right = eqn.params["spec"].split("->")
     a_axes, b_axes = left.split(",")
-    if y.type.dtype not in FLOAT or len(a_axes) != 2 or len(b_axes) != 2 or len(right) != 2 or \
+    if len(a_axes) != 2 or len(b_axes) != 2 or len(right) != 2 or \
             a_axes[1] != b_axes[1] or right != a_axes[0] + b_axes[0]:
         return None
     (m, k), (n, _) = ins[0].type.shape, ins[1].type.shape
