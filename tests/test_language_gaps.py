@@ -389,7 +389,8 @@ def test_a_helper_annotated_torch_tensor_takes_its_callers_types(tmp_path):
     f = _kernel_f(tmp_path, "import torch\n\n\ndef attend(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:\n"
                             "    return torch.softmax(q @ k.T, dim=1) @ k\n\n\n"
                             "def f(q: \"float[n, d]\", k: \"float[m, d]\") -> \"float\":\n"
-                            "    return (attend(q, k) ** 2).sum() + attend(k, q).sum()\n", '[build]\ndtype = "float64"\n')
+                            "    return (attend(q, k) ** 2).sum() + attend(k, q).sum()\n",
+                  '[build]\ndtype = "float64"\n')
     q, k = r(3, 2), r(4, 2, seed=1)
 
     def reference(q, k):
