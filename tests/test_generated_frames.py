@@ -69,18 +69,20 @@ def small(tmp_path_factory):
     return manifest, model, (x, t)
 
 
-def _frames(manifest: Path, target: str, compiler: str, flags: list[str], out: Path) -> dict[str, int]:
-    """The frames (bytes) of the functions of the package's own source rendered for `target`, compiled alone."""
+def _frames(manifest: Path, target: str, compiler: str, flags: list[str], out: Path, name: str = "small",
+            own: bool = True) -> dict[str, int]:
+    """The frames (bytes) of the functions of the package's own source rendered for `target`, compiled alone; with
+    own=False also those of the prelude's templates instantiated there (an epilogue's ks::run_block)."""
     subprocess.run([sys.executable, "-m", "ksbuild", "-q", "render", str(manifest), "-o", str(out), "--target", target],
                    check=True)
     src = out / "src"
-    obj = out / "small.o"
-    subprocess.run([compiler, *FLAGS, *flags, f"-I{out / 'include'}", f"-I{src}", "-c", str(src / "small.cpp"),
+    obj = out / f"{name}.o"
+    subprocess.run([compiler, *FLAGS, *flags, f"-I{out / 'include'}", f"-I{src}", "-c", str(src / f"{name}.cpp"),
                     "-o", str(obj)], check=True, capture_output=True, text=True)
     frames = {}
     for line in obj.with_suffix(".su").read_text().splitlines():
         where, size, _ = line.split("\t")
-        if re.match(r".*small\.cpp:\d+", where):
+        if not own or re.match(rf".*{name}\.cpp:\d+", where):
             frames[where] = int(size)
     return frames
 
@@ -133,3 +135,43 @@ def test_a_reduction_clauses_operator_is_not_a_name_the_step_reads():
                     "for (int64_t j = 0; j < n; ++j) m_i = ks::max<float>(m_i, min[j]);  // max"])
     assert "max" not in names
     assert {"m_i", "has_nan", "j", "n", "min"} <= names
+
+
+class MixerBlock(torch.nn.Module):
+    """ConvMixer's block (Trockman and Kolter, "Patches Are All You Need?", 2022): a depthwise convolution, GELU and a
+    batch norm added to its input, then a pointwise convolution, GELU and a batch norm. Its convolutions' epilogues
+    are GELU's erf between two affine maps, which on AVX2 had a ks::run_block frame of 1352 B (GCC hoisted and spilled
+    erf's constants; prelude/ks/kernels.h, KS_EPILOGUE_FRAME)."""
+
+    def __init__(self, c: int):
+        super().__init__()
+        self.dw = torch.nn.Conv2d(c, c, 5, groups=c, padding=2)
+        self.pw = torch.nn.Conv2d(c, c, 1)
+        self.n1, self.n2 = torch.nn.BatchNorm2d(c), torch.nn.BatchNorm2d(c)
+        for n in (self.n1, self.n2):
+            n.running_mean.uniform_(-0.1, 0.1)
+            n.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, x):
+        x = x + self.n1(torch.nn.functional.gelu(self.dw(x)))
+        return self.n2(torch.nn.functional.gelu(self.pw(x)))
+
+
+def test_an_epilogue_of_erf_has_a_bounded_frame_and_gelus_values(tmp_path):
+    """The ConvMixer block's GELU epilogues: every function of the package's object, the ks::run_block instantiated for
+    each epilogue included, has a frame of at most FRAME_BOUND bytes on x86-64-v3, and the values are torch's."""
+    if not shutil.which("g++") or os.uname().machine != "x86_64":
+        pytest.skip("needs g++ on an x86-64 host")
+    import ksbuild
+    torch.manual_seed(0)
+    model, x = MixerBlock(16).eval(), torch.randn(1, 16, 12, 12)
+    torch.onnx.export(model, (x,), str(tmp_path / "mixer.onnx"), dynamo=False, input_names=["x"], output_names=["y"])
+    manifest = tmp_path / "mixer.toml"
+    manifest.write_text('[package]\nname = "mixer"\n\n[kernels.block]\nonnx = "mixer.onnx"\n\n'
+                        '[exports]\nblock = "block"\n')
+    frames = _frames(manifest, "host", "g++", X86, tmp_path / "render", name="mixer", own=False)
+    assert any("run_block" in f for f in frames)  # (the epilogues are lambdas, run by ks::run_block)
+    assert {f: n for f, n in frames.items() if n > FRAME_BOUND} == {}
+    with torch.no_grad():
+        want = model(x).numpy()
+    np.testing.assert_allclose(ksbuild.build(manifest).block(x.numpy()), want, rtol=1e-5, atol=1e-6)

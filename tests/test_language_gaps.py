@@ -362,20 +362,48 @@ def test_nnModule_without_a_call_as_the_seeds_write_it(knossos):
     torch.testing.assert_close(model(x), want)
 
 
+def _kernel_f(folder, source: str, more: str):
+    """The IR of kernel f of `source` (k.py), its manifest's [kernels.f] table ending in `more`."""
+    from ksbuild.exports import compile_kernel
+    from ksbuild.manifest import load_manifest
+    (folder / "k.py").write_text(source)
+    (folder / "manifest.toml").write_text(f'[package]\nname = "tt"\n[kernels.f]\npython = "k.py:f"\n{more}'
+                                          '[exports]\nf = "f"\n')
+    m = load_manifest(folder / "manifest.toml")
+    return compile_kernel(m, m.kernels["f"])
+
+
 def test_torch_tensor_annotations_with_a_signature(tmp_path):
     """torch.Tensor annotations say nothing of dtype and shape: a manifest signature gives them, and the results
     (no `->` in the signature) are what the kernel returns."""
-    (tmp_path / "k.py").write_text("import torch\n\n\ndef f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:\n"
-                                   "    return torch.tanh(x @ w)\n")
-    (tmp_path / "manifest.toml").write_text('[package]\nname = "tt"\n[kernels.f]\npython = "k.py:f"\n'
-                                            'signature = "(x: f64[n, d], w: f64[d, m])"\n[exports]\nf = "f"\n')
-    from ksbuild.exports import compile_kernel
-    from ksbuild.manifest import load_manifest
-
-    m = load_manifest(tmp_path / "manifest.toml")
-    f = compile_kernel(m, m.kernels["f"])
+    f = _kernel_f(tmp_path, "import torch\n\n\ndef f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:\n"
+                            "    return torch.tanh(x @ w)\n", 'signature = "(x: f64[n, d], w: f64[d, m])"\n')
     x, w = r(3, 2), r(2, 4, seed=1)
     np.testing.assert_allclose(eval_func(f, [x, w])[0], np.tanh(x @ w), rtol=1e-12)
+
+
+def test_a_helper_annotated_torch_tensor_takes_its_callers_types(tmp_path):
+    """A helper's torch.Tensor parameters (`def attention(q: torch.Tensor, ...)` called by the kernel) take the types
+    of the arguments of each call, as torch does (it was "gives no dtype and shape" although the call gives both);
+    the values and the vjp against torch's."""
+    f = _kernel_f(tmp_path, "import torch\n\n\ndef attend(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:\n"
+                            "    return torch.softmax(q @ k.T, dim=1) @ k\n\n\n"
+                            "def f(q: \"float[n, d]\", k: \"float[m, d]\") -> \"float\":\n"
+                            "    return (attend(q, k) ** 2).sum() + attend(k, q).sum()\n",
+                  '[build]\ndtype = "float64"\n')
+    q, k = r(3, 2), r(4, 2, seed=1)
+
+    def reference(q, k):
+        def attend(a, b):
+            return torch.softmax(a @ b.T, dim=1) @ b
+        return (attend(q, k) ** 2).sum() + attend(k, q).sum()
+
+    tq, tk = torch.tensor(q, requires_grad=True), torch.tensor(k, requires_grad=True)
+    want = reference(tq, tk)
+    np.testing.assert_allclose(eval_func(f, [q, k])[0], want.item(), rtol=1e-12)
+    got = eval_func(vjp_func(f), [q, k, np.float64(1.0)])
+    for g, e in zip(got[-2:], torch.autograd.grad(want, (tq, tk))):
+        np.testing.assert_allclose(g, e.numpy(), rtol=1e-10, atol=1e-12)
 
 
 DEV_TENSOR = '''\

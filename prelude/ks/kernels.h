@@ -111,11 +111,25 @@ inline T apply_at(const F& f, int64_t image, int64_t i, int64_t j, T v) {
     }
 }
 
+// KS_EPILOGUE_FRAME: GCC's global common subexpression elimination and loop-invariant motion off for run_block
+// alone. With them, on AVX2 (16 ymm registers) GCC hoists every constant an inlined ks::erf or ks::exp broadcasts out
+// of the block's loops and spills them to the frame: GELU epilogues with a batch norm (ConvMixer's) had frames of
+// 1256-1352 B, above the 512 B the kernel layer keeps to. Without them each constant is read where it is used:
+// 56-360 B, the same results bit for bit, and no slower (one such epilogue over a register tile's 6 x 16 blocks of
+// 256 x 1024 results: 0.64-0.75 ms against 0.69-0.97; over whole rows 0.46-0.51 against 0.48-0.54). Turning off
+// tree-pre as well made it 56 B and 5x slower. AVX-512 (32 registers) and the baseline level had 56 B either way, so
+// only AVX2 without AVX-512 takes it (and only GCC: Clang has no such attribute).
+#if defined(__GNUC__) && !defined(__clang__) && defined(__AVX2__) && !defined(__AVX512F__)
+#define KS_EPILOGUE_FRAME __attribute__((optimize("no-gcse", "no-tree-loop-im")))
+#else
+#define KS_EPILOGUE_FRAME
+#endif
+
 // f over a block of results, element (r, q) at out[r·rs + q·cs] being (i + r, j + q) (the run of
 // ks::product_epilogue and ks::conv_epilogue).
 template <class T, class F, bool IMAGE>
-void run_block(const void* self, int64_t image, int64_t i, int64_t j, T* out, int64_t rs, int64_t cs, int64_t rows,
-               int64_t cols) {
+KS_EPILOGUE_FRAME void run_block(const void* self, int64_t image, int64_t i, int64_t j, T* out, int64_t rs,
+                                 int64_t cs, int64_t rows, int64_t cols) {
     const F& f = *static_cast<const F*>(self);
     if constexpr (tiles::dot_products) {  // (a microcontroller: one rolled loop of 32-bit indices; GCC had unrolled
         using index = tiles::dot_index;    // the loop of a 10-column bias into 0.8 KB of a Cortex-M4's flash at -O3)

@@ -24,7 +24,7 @@ from ...ir.builder import Builder
 from ...ir.core import Atom, Func, Lit, Var
 from ...ir.types import DTYPES, Type, dim_names
 from .branches import FallThrough, always_returns, compile_early_returns, packed
-from .expressions import ExpressionCompiler, _out_of_place
+from .expressions import ExpressionCompiler, _is_tensor_class, _out_of_place
 from .scope import Const, Returned, Scope, SymDim, Value, assigned_names, const_lit, const_type
 
 STATIC_NESTING = 8  # frames of one function with different static arguments (a recursion they end)
@@ -473,12 +473,6 @@ def _int_fits(v: int, dtype: str) -> bool:
     bits = int(dtype[1:])
     lo, hi = (0, 2 ** bits) if dtype.startswith("u") else (-2 ** (bits - 1), 2 ** (bits - 1))
     return lo <= v < hi
-
-
-def _is_tensor_class(node: ast.expr) -> bool:
-    """torch.Tensor or Tensor as an annotation (no dtype, no shape)."""
-    text = node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else ast.unparse(node)
-    return text.strip() in ("torch.Tensor", "Tensor")
 
 
 def _returns(s: ast.stmt) -> bool:

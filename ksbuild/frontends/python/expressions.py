@@ -432,7 +432,9 @@ class ExpressionCompiler:
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def arg_type(self, a: Value, p: ast.arg, node) -> Type:
-        if p.annotation is not None:
+        """The type of a helper's parameter p at a call passing a: its annotation's, or the argument's when p has none
+        or says only torch.Tensor (a helper's tensor takes its caller's dtype and shape, as in torch)."""
+        if p.annotation is not None and not (_is_tensor_class(p.annotation) and isinstance(a, Var)):
             return self.annotation(p.annotation, p)
         if isinstance(a, tuple):
             raise self.src.error(node, "tuples cannot be passed to kernels")
@@ -500,3 +502,9 @@ def _describe(e: ast.expr) -> str:
 def _op_symbol(op) -> str:
     return {"BitAnd": "&", "BitOr": "|", "BitXor": "^", "LShift": "<<", "RShift": ">>", "MatMult": "@",
             "In": "in", "NotIn": "not in", "Is": "is", "IsNot": "is not"}.get(type(op).__name__, type(op).__name__)
+
+
+def _is_tensor_class(node: ast.expr) -> bool:
+    """torch.Tensor or Tensor as an annotation (no dtype, no shape)."""
+    text = node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else ast.unparse(node)
+    return text.strip() in ("torch.Tensor", "Tensor")
