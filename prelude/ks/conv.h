@@ -1522,12 +1522,15 @@ constexpr int64_t window_padded(const conv_shape& s) {
     return aligned((planes > plain ? planes : plain) + panel_width<T>);
 }
 
-// Whether windowed_images copies a block's im2col rows once more, as row tiles of the positions (tiles::pack_a's layout,
-// tile_cols), before the tiles read them: float on AVX2 (x86-64-v3). Read where they lay ([rows][positions]), a 6-row tile's
-// k step was a cache line of its own, 252 lines per tile for ResNet-18's 512-channel layer, and the block's rows (49-247
-// KB) did not stay in Zen 3's 32 KB L1 cache while every panel of output channels read them again (perf: the tiles'
-// multiply-adds waiting on their loads). Packed, a tile's rows are one run of 6 KB: 512 -> 512 channels at 7 × 7 0.81
-// of the time, 256 -> 512 at stride 2 0.78 (one image). AVX-512's tall tiles read them as they lie (not measured).
+// Whether windowed_images copies a block's im2col rows once more, as row tiles of the positions (tile_cols:
+// tiles::pack_a's layout), before the tiles read them: float on AVX2 (x86-64-v3). Read where they lay ([rows]
+// [positions]), a 6-row tile's k step was a cache line of its own, 252 lines per tile for ResNet-18's 512-channel
+// layer, and a block's rows (49-247 KB) did not stay in Zen 3's 32 KB L1 cache while every panel of output channels
+// read them again (perf: the multiply-adds waiting on their loads). Packed, a tile's rows are one run of 6 KB: 512 ->
+// 512 channels at 7 × 7 0.80 of the time, 256 -> 512 at stride 2 0.83, 128 -> 256 0.87 (one image). AVX-512's tall
+// tiles read them as they lie (not measured). The packed tiles run in conv_block, the `panels` method's block:
+// tiles::block inlined into a function of its own here, GCC 12 read b's vectors from L1 at every multiply-add (a
+// memory operand each, 12 loads per k instead of 2), and the layers took 1.3× their old time.
 template <class T>
 constexpr bool window_tiles = std::is_same_v<T, float> && tiles::vector_bytes == 32;
 
@@ -1735,15 +1738,6 @@ __attribute__((noinline)) void tile_cols(const T* cols, conv_dim kc, conv_dim co
     }
 }
 
-// pointwise_block over a packed in row tiles (tile_cols): rows [0, n) of yᵀ at c for `cols` output channels.
-template <class T>
-KS_OWN_FRAME void tiled_block(int64_t n, int64_t kc, const T* a, const tiles::panel_rows<T>& b, T* c, int64_t ld,
-                              int64_t cols, bool load_c) {
-    constexpr int P = panel_width<T>, MR = tiles::row_block;
-    tiles::block<T, true>(n, kc, tiles::row_tiles<T>{a, 1, MR, kc * MR}, b, static_cast<int>((cols + P - 1) / P), c,
-                          ld, cols, load_c, false, 0, epilogue<T>{});
-}
-
 // Rows [0, kc) of the im2col matrix of x split into its stride phases (split_rows; s: the convolution's shape) at
 // dst [p · p_stride + q]: each output row's run of positions consecutive elements of a plane, copied as whole vectors.
 template <class T>
@@ -1810,8 +1804,9 @@ __attribute__((noinline)) void windowed_images(const conv_shape& s, int64_t g0, 
         const tiles::panel_rows<T> b{w + c0 * taps * width, P, k * taps * P, true};
         if constexpr (window_tiles<T>) {
             T* tiled = t + aligned(rows * width);
-            tile_cols<T>(cols, k * taps, count, tiled);
-            tiled_block<T>(count, k * taps, tiled, b, t, width, m, c0 > 0);
+            tile_cols<T>(cols, k * taps, count, tiled);  // (conv_block: the packed panels' block, out of line)
+            const tiles::row_tiles<T> a{tiled, 1, tiles::row_block, k * taps * tiles::row_block};
+            conv_block<T, true>(count, k * taps, a, b, int(width / P), t, width, m, c0 > 0, false, 0, epilogue<T>{});
         } else {
             pointwise_block<T>(count, k * taps, tiles::rows_of(cols, 1, count), b, t, width, m, c0 > 0);
         }
