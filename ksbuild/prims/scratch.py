@@ -313,7 +313,8 @@ def depthwise_scratch(s: ConvShape, size: int, t: Tiles) -> int:
 
 def pointwise_scratch(s: ConvShape, size: int, t: Tiles) -> int:
     """ks::pointwise_scratch<T>(s): the transposed result of two panels of output channels; with a window
-    (convs::windowed), a block's channels padded, its im2col rows for a group of images and their transposed result."""
+    (convs::windowed), a block's channels padded, its im2col rows for a group of images, their transposed result and
+    (float on AVX2) the rows again as row tiles."""
     windowed = s.taps() > 1 or math.prod(s.stride) > 1 or sum(s.pad) > 0 or s.out != s.inp
     if not windowed:
         return _aligned(s.positions() * 2 * _panel(size))
@@ -323,7 +324,9 @@ def pointwise_scratch(s: ConvShape, size: int, t: Tiles) -> int:
     planes = cc * 4 * -(-_extent(s, 1) // 2) * -(-_extent(s, 2) // 2) if _split_rows(s) else 0
     padded = max(plain, planes) + _panel(size)  # (convs::window_padded: the channels padded or split)
     width = -(-s.out_channels // _panel(size)) * _panel(size)
-    return _aligned(padded) + _aligned(cc * s.taps() * rows) + _aligned(rows * width) + _chunks_room(size, t)
+    tiled = -(-rows // t.row_block) * t.row_block * cc * s.taps() if size == 4 and t.vector_bytes == 32 else 0
+    return _aligned(padded) + _aligned(cc * s.taps() * rows) + _aligned(rows * width) + _aligned(tiled) + \
+        _chunks_room(size, t)  # (tiled: convs::window_tiled, float on AVX2)
 
 
 def dots_scratch(s: ConvShape) -> int:

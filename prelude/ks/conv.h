@@ -1522,6 +1522,26 @@ constexpr int64_t window_padded(const conv_shape& s) {
     return aligned((planes > plain ? planes : plain) + panel_width<T>);
 }
 
+// Whether windowed_images copies a block's im2col rows once more, as row tiles of the positions (tile_cols:
+// tiles::pack_a's layout), before the tiles read them: float on AVX2 (x86-64-v3). Read where they lay ([rows]
+// [positions]), a 6-row tile's k step was a cache line of its own, 252 lines per tile for ResNet-18's 512-channel
+// layer, and a block's rows (49-247 KB) did not stay in Zen 3's 32 KB L1 cache while every panel of output channels
+// read them again (perf: the multiply-adds waiting on their loads). Packed, a tile's rows are one run of 6 KB: 512 ->
+// 512 channels at 7 × 7 0.80 of the time, 256 -> 512 at stride 2 0.83, 128 -> 256 0.87 (one image). AVX-512's tall
+// tiles read them as they lie (not measured). The packed tiles run in conv_block, the `panels` method's block:
+// tiles::block inlined into a function of its own here, GCC 12 read b's vectors from L1 at every multiply-add (a
+// memory operand each, 12 loads per k instead of 2), and the layers took 1.3× their old time.
+template <class T>
+constexpr bool window_tiles = std::is_same_v<T, float> && tiles::vector_bytes == 32;
+
+// The elements of windowed_images' row tiles (window_tiles): the rows of a block for a group of images, rounded up to
+// whole tiles.
+template <class T>
+constexpr int64_t window_tiled(conv_dim rows, conv_dim depth) {
+    return window_tiles<T> ? aligned(int64_t(rows + tiles::row_block - 1) / tiles::row_block * tiles::row_block * depth)
+                           : 0;
+}
+
 }  // namespace convs
 
 template <class T>
@@ -1534,7 +1554,7 @@ constexpr int64_t pointwise_scratch(const conv_shape& s) {
     const int64_t padded = convs::window_padded<T>(s);
     const int64_t width = (s.out_channels + panel_width<T> - 1) / panel_width<T> * panel_width<T>;
     return convs::aligned(padded) + convs::aligned(cc * s.taps() * rows) + convs::aligned(rows * width) +
-           convs::chunks_room<T>();
+           convs::window_tiled<T>(conv_dim(rows), conv_dim(cc * s.taps())) + convs::chunks_room<T>();
 }
 
 namespace convs {
@@ -1701,6 +1721,23 @@ KS_OWN_FRAME void pointwise_block(int64_t n, int64_t kc, const tiles::row_tiles<
                                                                    ld, cols, load_c, false, 0, epilogue<T>{});
 }
 
+// cols [kc][count] (a block's im2col rows, the positions side by side) copied into row tiles of the positions at out
+// ([ceil(count / MR)][kc][MR]: tiles::pack_a's layout, a's rows the positions), zeros past count.
+template <class T>
+__attribute__((noinline)) void tile_cols(const T* cols, conv_dim kc, conv_dim count, T* out) {
+    constexpr int MR = tiles::row_block;
+    for (conv_dim q0 = 0; q0 < count; q0 += MR) {
+        const int live = count - q0 < MR ? int(count - q0) : MR;
+        T* o = out + int64_t(q0) * kc;
+        for (conv_dim p = 0; p < kc; ++p) {
+            const T* src = cols + int64_t(p) * count + q0;
+            for (int r = 0; r < MR; ++r) {
+                o[p * MR + r] = r < live ? src[r] : T(0);
+            }
+        }
+    }
+}
+
 // Rows [0, kc) of the im2col matrix of x split into its stride phases (split_rows; s: the convolution's shape) at
 // dst [p · p_stride + q]: each output row's run of positions consecutive elements of a plane, copied as whole vectors.
 template <class T>
@@ -1764,8 +1801,15 @@ __attribute__((noinline)) void windowed_images(const conv_shape& s, int64_t g0, 
     for (conv_dim c0 = 0; c0 < s.channels; c0 += cc) {
         const conv_dim k = s.channels - c0 < cc ? s.channels - c0 : cc;
         window_cols<T>(s, c0, k, g0, g1, x, padded, cols, cs);
-        pointwise_block<T>(count, k * taps, tiles::rows_of(cols, 1, count),
-                           tiles::panel_rows<T>{w + c0 * taps * width, P, k * taps * P, true}, t, width, m, c0 > 0);
+        const tiles::panel_rows<T> b{w + c0 * taps * width, P, k * taps * P, true};
+        if constexpr (window_tiles<T>) {
+            T* tiled = t + aligned(rows * width);
+            tile_cols<T>(cols, k * taps, count, tiled);  // (conv_block: the packed panels' block, out of line)
+            const tiles::row_tiles<T> a{tiled, 1, tiles::row_block, k * taps * tiles::row_block};
+            conv_block<T, true>(count, k * taps, a, b, int(width / P), t, width, m, c0 > 0, false, 0, epilogue<T>{});
+        } else {
+            pointwise_block<T>(count, k * taps, tiles::rows_of(cols, 1, count), b, t, width, m, c0 > 0);
+        }
     }
     for (int64_t image = g0; image < g1; ++image) {
         const epilogue<T> eg = epi.group(image, 0);
