@@ -18,7 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # 8 C++ programs; test_wheel.py: 8 tests, a wheel of three instruction set levels and a venv) last, keeping one
 # worker busy while the other had nothing left. Only the order changes, never what runs.
 LONG_FILES = ("test_kernel_layer.py", "test_threads.py", "test_onnx_examples.py", "test_prelude_cpp.py",
-              "test_targets.py", "test_torch_dev_loop.py", "test_dispatch.py", "test_torch_export.py",
+              "test_prelude_cpp_tiles.py", "test_targets.py", "test_torch_dev_loop.py", "test_dispatch.py",
+              "test_torch_export.py",
               "test_reroll.py", "test_gradbench.py", "test_frontend_robustness.py", "test_ort_backend.py",
               "test_clang.py", "test_onnx_conformance.py", "test_torch_op_registry.py", "test_wheel.py",
               "test_install_wheel.py", "test_qtile_aarch64.py", "test_aten_backend.py",
@@ -28,7 +29,8 @@ LONG_FILES = ("test_kernel_layer.py", "test_threads.py", "test_onnx_examples.py"
               "test_compiler_launcher.py", "test_affine_epilogue.py")
 # (by CPU seconds in a fresh-clone run, most first: KSBUILD_TEST_CPU_LOG and scripts/test_cpu.py, 2026-11-30;
 # test_clang, test_subproject and test_dispatch, 80-140 s each in few tests, had come last and left one worker alone;
-# test_prelude_cpp, first at ~104 s, is about 0.58 of that since its programs on the baseline's vectors are at -O1)
+# test_prelude_cpp, first at ~104 s, is about 0.58 of that since its programs on the baseline's vectors are at -O1,
+# and in two files of about 55 s each since the twenty-first session, its register tiles' builds in the second)
 
 
 def pytest_configure(config):

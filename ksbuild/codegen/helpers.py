@@ -20,8 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..ir.core import Func
-from ..ir.printer import print_func, walk_vars
+from ..ir.core import Func, Lit
+from ..ir.printer import format_scalar, format_type, format_value, print_func, walk_vars
 from ..ir.types import C_TYPES
 
 
@@ -42,13 +42,15 @@ class Helpers:
 
     by_text: dict[str, Helper] = field(default_factory=dict)
     names: set[str] = field(default_factory=set)
+    keys: dict[int, tuple[Func, str]] = field(default_factory=dict)  # id(fn) -> (fn, its key): see `key`
+    tokens: dict[str, str] = field(default_factory=dict)  # a sub-function's key -> its short stand-in
 
     def get(self, fn: Func, dims: list[str], writer, strided: tuple = ()) -> Helper:
         """The helper of callee fn (written on first use; `writer` is the caller's, for the package's
         constants, epilogue forms and source root; `dims` the caller's dims; `strided`: the tensor arguments it
         takes as a pointer and a stride per axis, (position, whether the last axis's stride is 1 and so not passed),
         one function per such set)."""
-        key = print_func(fn) + (f"\nstrided {strided}" if strided else "")
+        key = self.key(fn) + (f"\nstrided {strided}" if strided else "")
         if key not in self.by_text:
             from ..prims.control import keeps_call
             if keeps_call(fn):
@@ -65,6 +67,20 @@ class Helpers:
             name = self._name(base)
             self.by_text[key] = Helper(name, [], [line.replace("{name}", name) for line in lines], 0)
         return self.by_text[key].name
+
+    def key(self, fn: Func) -> str:
+        """What tells callees apart: equal keys, equal texts (print_func). Without a memory plan, fn's own
+        equations with each sub-function as a token of its key (made once per function object), so that a chain of
+        helpers nested 300 deep is keyed in time linear in its depth, not printed whole at every level; with a
+        plan (whose placements the text shows for nested equations too), its text."""
+        if fn.plan is not None:
+            return print_func(fn)
+        if id(fn) not in self.keys:
+            self.keys[id(fn)] = (fn, _shallow_text(fn, self._token))
+        return self.keys[id(fn)][1]
+
+    def _token(self, sub: Func) -> str:
+        return self.tokens.setdefault(self.key(sub), f"@{len(self.tokens)}")
 
     def _name(self, base: str) -> str:
         from .viewmodel import C_KEYWORDS
@@ -86,6 +102,29 @@ class Helpers:
         for h in self.by_text.values():
             lines += h.lines + [""]
         return lines + ["}  // namespace detail"]
+
+
+def _shallow_text(fn: Func, token) -> str:
+    """fn's name, params, equations and results as print_func shows them (forms, literal params, types, hints),
+    each value named by its place and its hint as it is, a sub-function by `token(sub)` (callees are closed: a
+    sub-function reads its own params alone)."""
+    from ..prims.base import form_name
+    names: dict = {}
+
+    def define(v) -> str:
+        names[v] = f"%{len(names)}{v.hint!r}"
+        return f"{names[v]}: {format_type(v.type)}"
+
+    def atom(a) -> str:
+        return f"{format_scalar(a.value)}: {format_type(a.type)}" if isinstance(a, Lit) else names[a]
+
+    lines = [f"{fn.name!r}({', '.join(define(p) for p in fn.params)}) {fn.result_names!r}"]
+    for eqn in fn.eqns:
+        params = [f"{k}={token(v) if isinstance(v, Func) else format_value(v)}" for k, v in sorted(eqn.params.items())]
+        args = ", ".join(atom(a) for a in eqn.ins)
+        outs = ", ".join(define(v) for v in eqn.outs)
+        lines.append(f"{outs} = {form_name(eqn.prim, eqn.params)}[{', '.join(params)}]({args})")
+    return "\n".join(lines + [f"return {', '.join(atom(r) for r in fn.results)}"])
 
 
 def _write(fn: Func, dims: list[str], caller, name: str) -> Helper:

@@ -39,7 +39,8 @@ def run(filter_op: str | None, mode: str, work: Path, backend: str = "plain", pr
     if not cases:
         from ..errors import KsbuildError
         from .onnx_conformance import _node_tests, op_names, op_of
-        ops = sorted({op_of(t.name, t.model, op_names()) for t in _node_tests()})
+        names = op_names()
+        ops = sorted({op_of(t.name, t.model, names) for t in _node_tests()})
         raise KsbuildError(f"--filter {filter_op}: no ONNX backend node test has that op type",
                            hint=f"op types with node tests: {', '.join(ops)}")
     progress(f"onnx-report: {len(cases)} case(s), {mode}")
