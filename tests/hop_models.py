@@ -100,17 +100,49 @@ def make_reversed():
 
 
 class Counted(torch.nn.Module):
-    """A while_loop (not read by the frontend: a located error)."""
+    """A while_loop counting i from 3 while i < 10 (7 steps), reading a forward input: a counted loop."""
 
-    def forward(self, x):
+    def forward(self, x, a):
         def cond(i, y):
             return i < 10
 
         def body(i, y):
-            return i + 1, torch.sin(y)
+            return i + 1, torch.sin(y) * a + y.flip(0)
 
-        return while_loop(cond, body, (torch.zeros((), dtype=torch.int64), x))[1]
+        return while_loop(cond, body, (torch.full((), 3, dtype=torch.int64), x))[1]
+
+    def loops(self, x, a):
+        for _ in range(3, 10):
+            x = torch.sin(x) * a + x.flip(0)
+        return x
 
 
 def make_counted():
-    return Counted(), (torch.randn(4, dtype=torch.float64),)
+    g = torch.Generator().manual_seed(4)
+    return Counted(), tuple(torch.randn(4, generator=g, dtype=torch.float64) for _ in range(2))
+
+
+class Converging(torch.nn.Module):
+    """A while_loop whose step count depends on the values (not read: a located error)."""
+
+    def forward(self, x):
+        return while_loop(lambda y: y.sum() > 1.0, lambda y: (y * 0.5,), (x,))[0]
+
+
+def make_converging():
+    return Converging(), (torch.rand(4, dtype=torch.float64) + 1.0,)
+
+
+class Unsupported(torch.nn.Module):
+    """A scan whose body uses an op the frontend does not read (cummax): the error names the body's line."""
+
+    def forward(self, x):
+        def step(c, row):
+            c = c + torch.cummax(row, dim=0).values
+            return c, c.clone()
+
+        return scan(step, torch.zeros(x.shape[1], dtype=x.dtype), x)
+
+
+def make_unsupported():
+    return Unsupported(), (torch.randn(6, 4, dtype=torch.float64),)

@@ -1,4 +1,5 @@
-"""torch's higher-order scan through the torch.export frontend (frontends/torch_export/hop.py): one IR loop.
+"""torch's higher-order scan and counted while_loop through the torch.export frontend
+(frontends/torch_export/hop.py): one IR loop each.
 
 Models in tests/hop_models.py. Oracles: the torch modules (values, eager), torch.autograd and torch.func.vjp
 (vjps), the compiled C++ of a package built from the models."""
@@ -22,7 +23,7 @@ from ksbuild.transforms.vjp import vjp_func  # noqa: E402
 
 MODELS_FILE = ROOT / "tests" / "hop_models.py"
 TOL = dict(rtol=1e-10, atol=1e-12)
-NAMES = ["recurrence", "nested", "reversed"]
+NAMES = ["recurrence", "nested", "reversed", "counted"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -39,6 +40,7 @@ def _flat(v) -> list:
 
 
 def assert_close(got, want) -> None:
+    got = got if isinstance(got, (tuple, list)) else [got]  # (a package's export of one result returns it)
     assert len(got) == len(want)
     for g, w in zip(got, want):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), **TOL)
@@ -67,7 +69,7 @@ def _oracle(name: str, module, autograd: bool = True):
     (torch.func; torch.autograd does not differentiate Nested's scan in a scan either)."""
     if name == "nested":
         return models.nested_loops
-    return module if autograd else module.loops
+    return module if autograd and name != "counted" else module.loops
 
 
 def _cotangents(f, xs, seed: int = 0) -> list:
@@ -96,12 +98,17 @@ def test_length_is_the_dim_of_xs():
         assert_close(eval_func(f, [a.numpy() for a in args]), _flat(module(*args)))
 
 
-def test_while_loop_is_a_located_error():
-    with pytest.raises(KsbuildError, match="higher-order op while_loop is not supported") as e:
-        imported("counted")
+def test_counted_while_loop_runs_n_minus_start_steps():
+    (loop,) = _loops(imported("counted"))
+    assert loop.params["length"] == 7 and loop.params["n_consts"] == 1  # (i from 3 while i < 10; a)
+
+
+def test_uncounted_while_loop_is_a_located_error():
+    with pytest.raises(KsbuildError, match="while_loop: only a counted loop is read") as e:
+        imported("converging")
     lines = MODELS_FILE.read_text().splitlines()
     assert e.value.loc.file == str(MODELS_FILE)
-    assert "return while_loop(cond, body" in lines[e.value.loc.line - 1]
+    assert "return while_loop(lambda y" in lines[e.value.loc.line - 1]
     assert "scan" in e.value.hint
 
 
@@ -114,13 +121,16 @@ def pkg(tmp_path_factory):
         '[package]', 'name = "scans"', '',
         '[kernels.rec]', f'torch = "{MODELS_FILE}:make_recurrence"', '',
         '[kernels.nested]', f'torch = "{MODELS_FILE}:make_nested"', '',
-        '[exports]', 'rec = "rec"', 'rec_vjp = "vjp(rec)"', 'nested = "nested"', 'nested_vjp = "vjp(nested)"', '']))
+        '[kernels.counted]', f'torch = "{MODELS_FILE}:make_counted"', '',
+        '[exports]', 'rec = "rec"', 'rec_vjp = "vjp(rec)"', 'nested = "nested"', 'nested_vjp = "vjp(nested)"',
+        'counted = "counted"', 'counted_vjp = "vjp(counted)"', '']))
     return ksbuild.build(path, optimize=DEBUG)
 
 
-@pytest.mark.parametrize("name, make", [("rec", "make_recurrence"), ("nested", "make_nested")])
+@pytest.mark.parametrize("name, make", [("rec", "make_recurrence"), ("nested", "make_nested"),
+                                        ("counted", "make_counted")])
 def test_compiled_matches_torch_func(pkg, name, make):
-    """The C++ of the scan and of its vjp against torch eager and torch.func.vjp."""
+    """The C++ of the loop and of its vjp against torch eager and torch.func.vjp."""
     module, args = getattr(models, make)()
     xs = [a.numpy() for a in args]
     with torch.no_grad():
@@ -129,3 +139,12 @@ def test_compiled_matches_torch_func(pkg, name, make):
     outs, pullback = torch.func.vjp(lambda *a: tuple(torch.utils._pytree.tree_leaves(fn(*a))), *args)
     cts = [torch.as_tensor(c) for c in _cotangents(imported(make[5:]), xs, seed=1)]
     assert_close(getattr(pkg, f"{name}_vjp")(*xs, *[c.numpy() for c in cts]), _flat(pullback(tuple(cts))))
+
+
+def test_unsupported_op_in_a_body_is_located():
+    """torch.export (non-strict) records the scan call as the body's nodes' user line, not the body's own."""
+    with pytest.raises(KsbuildError, match="aten.cummax.default is not supported") as e:
+        imported("unsupported")
+    lines = MODELS_FILE.read_text().splitlines()
+    assert e.value.loc.file == str(MODELS_FILE) and "cummax" in e.value.loc.node
+    assert "return scan(step" in lines[e.value.loc.line - 1]

@@ -8,9 +8,14 @@ the node gives (*final carries, *per-step outputs stacked on a new first axis). 
 (prims/control.py `loop`: the body reads the step number, the loop constants, the carries and the rows), so the
 body is imported as a function of its own (Importer.subgraph) and the scan becomes loop(length of xs).
 
-Any other higher-order op (while_loop, cond, map, ...) is an error at the line that made it.
+A `while_loop(cond, body, carried, additional_inputs)` whose trip count is known when the kernel is built (a
+counter: a carried integer that starts at a constant, `cond` is `i < n` or `i <= n` with a constant n and `body`
+returns i + 1 for it) becomes loop(n - i0) over its carries. Any other while_loop, and any other higher-order op
+(cond, map, ...), is an error at the line that made it.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from ...errors import KsbuildError, Location
 from ...ir.core import Lit, Var
@@ -57,12 +62,58 @@ def scan(imp, node, loc: Location) -> tuple:
                       dict(body=body, n_consts=len(consts), n_carry=len(init), length=length, reverse=False))
 
 
+def while_loop(imp, node, loc: Location) -> tuple:
+    """higher_order.while_loop(cond, body, carried, additional_inputs) of a counted loop as loop(n - i0)."""
+    cond, graph, carried, extra = node.args[:4]
+    j, bound = _counter(imp.submodule(cond), imp.submodule(graph), loc)
+    start = imp.known.get(carried[j]) if hasattr(carried[j], "op") else None
+    if start is None or np.ndim(start) != 0 or not np.issubdtype(np.asarray(start).dtype, np.integer):
+        raise KsbuildError("while_loop: the counter must start at a constant integer", loc, hint=HINT)
+    trips = max(0, bound - int(start))
+    carried, extra = _tensors(imp, carried, "carried input", loc), _tensors(imp, extra, "additional input", loc)
+    consts = [a for a in extra if isinstance(a, Var)]
+    carry_ps, const_ps = [Var(a.type) for a in carried], {a: Var(a.type) for a in consts}
+    bb, results = imp.subgraph(imp.submodule(graph), carry_ps + [const_ps.get(a, a) for a in extra], loc)
+    body = bb.func("while_body", [Var(Type("i64"), "t"), *const_ps.values(), *carry_ps], results)
+    imp.b.loc = loc
+    return imp.b.bind(PRIMS_LOOP, [Lit(trips, Type("i64")), *consts, *[_operand(imp, a) for a in carried]],
+                      dict(body=body, n_consts=len(consts), n_carry=len(carried), length=trips, reverse=False))
+
+
+_BOUNDS = {"aten.lt.Scalar": 0, "aten.le.Scalar": 1}  # (i <= n runs n - i0 + 1 steps)
+
+
+def _counter(cond, body, loc: Location) -> tuple[int, int]:
+    """(which carried value counts the steps, the value it stops at) of a counted while_loop's graphs."""
+    tests = [n for n in cond.graph.nodes if n.op == "call_function"]
+    holders = [n for n in cond.graph.nodes if n.op == "placeholder"]
+    test = tests[0] if len(tests) == 1 else None
+    if test is not None and str(test.target) in _BOUNDS and test.args[0] in holders and \
+            isinstance(test.args[1], int) and not isinstance(test.args[1], bool):
+        j = holders.index(test.args[0])
+        if _increments(body, j):
+            return j, test.args[1] + _BOUNDS[str(test.target)]
+    raise KsbuildError("while_loop: only a counted loop is read (a carried integer i that starts at a constant, "
+                       "the condition i < n or i <= n with a constant n, the body returning i + 1 for it)", loc,
+                       hint=HINT)
+
+
+def _increments(body, j: int) -> bool:
+    """True if body returns its j-th input plus 1 as its j-th output."""
+    holders = [n for n in body.graph.nodes if n.op == "placeholder"]
+    out = next(n for n in body.graph.nodes if n.op == "output").args[0]
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    step = outs[j] if j < len(outs) else None
+    return getattr(step, "op", None) == "call_function" and str(step.target) in ("aten.add.Tensor", "aten.add.Scalar") \
+        and step.args[0] is holders[j] and step.args[1:] == (1,) and not step.kwargs
+
+
 def _tensors(imp, values, what: str, loc: Location) -> list:
     out = []
     for v in values:
         a = imp.value(v)
         if not isinstance(a, (Var, Lit)):
-            raise KsbuildError(f"scan: each {what} must be a tensor, got {type(a).__name__}", loc)
+            raise KsbuildError(f"each {what} of a higher-order op must be a tensor, got {type(a).__name__}", loc)
         out.append(a)
     return out
 
@@ -84,4 +135,4 @@ def _operand(imp, a):
     return a
 
 
-HOPS = {"scan": scan}
+HOPS = {"scan": scan, "while_loop": while_loop}
