@@ -47,7 +47,7 @@ def scan(imp, node, loc: Location) -> tuple:
     init, xs, extra = (_tensors(imp, v, what, loc) for v, what in ((init, "init"), (xs, "xs"),
                                                                     (extra, "additional input")))
     length = _length(xs, loc)
-    consts = [a for a in extra if isinstance(a, Var)]
+    consts = list(dict.fromkeys(a for a in extra if isinstance(a, Var)))  # (each once)
     step = Var(Type("i64"), "t")
     carry_ps = [Var(a.type) for a in init]
     row_ps = [Var(Type(x.type.dtype, x.type.shape[1:])) for x in xs]
@@ -71,7 +71,7 @@ def while_loop(imp, node, loc: Location) -> tuple:
         raise KsbuildError("while_loop: the counter must start at a constant integer", loc, hint=HINT)
     trips = max(0, bound - int(start))
     carried, extra = _tensors(imp, carried, "carried input", loc), _tensors(imp, extra, "additional input", loc)
-    consts = [a for a in extra if isinstance(a, Var)]
+    consts = list(dict.fromkeys(a for a in extra if isinstance(a, Var)))  # (each once)
     carry_ps, const_ps = [Var(a.type) for a in carried], {a: Var(a.type) for a in consts}
     bb, results = imp.subgraph(imp.submodule(graph), carry_ps + [const_ps.get(a, a) for a in extra], loc)
     body = bb.func("while_body", [Var(Type("i64"), "t"), *const_ps.values(), *carry_ps], results)
