@@ -8,7 +8,8 @@ function's parameters, parameters and buffers become weights (embedded constants
 parameters with weights = "external"), and every `aten.*` call is mapped through one table
 (`aten_*.py`) onto the shared op library (`ksbuild/ops`). Calls to ksbuild's own custom ops (a
 dev-loop kernel inside the model) are replaced by the kernel's IR (`custom.py`). The Python loops torch.export
-unrolled are rolled back into `loop`s (`transforms/reroll.py`).
+unrolled are rolled back into `loop`s (`transforms/reroll.py`); a loop written with torch's scan, or a counted
+while_loop, is read as one `loop` without unrolling (`hop.py`).
 
 torch stays optional: nothing here is imported unless a manifest has a `torch =` kernel.
 """

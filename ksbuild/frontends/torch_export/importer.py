@@ -22,6 +22,7 @@ from ...ir.types import Type
 from ...ops.create import array
 from .capture import Captured, origin_frame, parse_trace
 from .fold import evaluate, lookup
+from .hop import is_hop, visit_hop
 from .node import HANDLERS, SYM_OPS, Dims, Node, ir_dtype
 
 
@@ -49,6 +50,7 @@ class Importer:
         self.buffers: dict[Any, Any] = {}  # FX placeholders of embedded buffers -> values (folded through)
         self.foldable = ChainMap(self.known, self.buffers)
         self.origins: dict[str, Location | None] = {}  # a node's stack trace -> the line that made it
+        self.owner = self.program.graph_module  # the module whose graph is being read (get_attr's submodules)
 
     # ---- the graph ---------------------------------------------------------------------------------
 
@@ -60,10 +62,36 @@ class Importer:
         for node in graph.nodes:
             if node.op == "call_function" and node in live:
                 self.visit(node)
-        out = next(n for n in graph.nodes if n.op == "output")
-        results = self.outputs(out)
+        results = self.outputs(_output(graph))
         names = ["y"] if len(results) == 1 else [f"y{i}" for i in range(len(results))]
         return self.b.func(name, params, results, names)
+
+    def subgraph(self, module, inputs: list, loc: Location) -> tuple[Builder, list]:
+        """The equations (in a Builder of their own) and results of a higher-order op's body graph `module`
+        (hop.py) with `inputs` for its placeholders."""
+        outer_b, outer_owner = self.b, self.owner
+        self.b, self.owner = Builder(loc), module
+        try:
+            holders = [n for n in module.graph.nodes if n.op == "placeholder"]
+            if len(holders) != len(inputs):
+                raise KsbuildError(f"internal error: a body graph takes {len(holders)} inputs, given "
+                                   f"{len(inputs)}", loc, hint="please report this with the model")
+            self.env.update(zip(holders, inputs))
+            live = _live(module.graph)
+            for node in module.graph.nodes:
+                if node.op == "call_function" and node in live:
+                    self.visit(node)
+            out = _output(module.graph)
+            return self.b, [self.env.get(r) if hasattr(r, "op") else r for r in _flat(out.args[0])]
+        finally:
+            self.b, self.owner = outer_b, outer_owner
+
+    def submodule(self, node):
+        """The module a get_attr node of the graph being read names (a higher-order op's body)."""
+        module = self.owner
+        for part in str(node.target).split("."):
+            module = getattr(module, part)
+        return module
 
     def placeholders(self, graph) -> list[Var]:
         """Parameters for the user inputs (and external weights); weights as constants otherwise."""
@@ -162,6 +190,9 @@ class Importer:
         if node.target in SYM_OPS:
             self.env[node] = self.sym_op(node, loc)
             return
+        if is_hop(node.target):
+            self.env[node] = self.checked(node, visit_hop(self, node, loc), loc)
+            return
         value = evaluate(node, self.foldable)
         if value is None:
             value = lookup(node, self.known, self.weight_values)
@@ -221,10 +252,13 @@ def _custom_handler(node):
     return ksbuild_op if is_ksbuild_op(node.target) else None
 
 
+def _output(graph):
+    return next(n for n in graph.nodes if n.op == "output")
+
+
 def _live(graph) -> set:
     """The nodes the output depends on."""
-    out = next(n for n in graph.nodes if n.op == "output")
-    live, todo = set(), [out]
+    live, todo = set(), [_output(graph)]
     while todo:
         n = todo.pop()
         if n in live:
