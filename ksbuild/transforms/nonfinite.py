@@ -147,12 +147,14 @@ class _Masker:
     def _host(self, e: Eqn, subs: list, reads: list, signs: dict) -> tuple[Eqn, list]:
         """An equation with bodies rewritten, and which of its results may be nonfinite. An if's branches and a
         call's callee see which of their params may be, and a branch the sign its condition shows (the else
-        branch of `if n < 1e-4` has n > 0); any other body (a loop's, whose carries go round) sees every param as
-        maybe nonfinite when an operand is or when the body makes one."""
+        branch of `if n < 1e-4` has n > 0); a loop's body too, its carries until nothing changes; any other body
+        sees every param as maybe nonfinite when an operand is or when the body makes one."""
         if e.prim.sinks or e.prim.name == "call":
             mask = reads[1:] if e.prim.sinks else reads
             done = {k: self.body(e.params[k], mask, _branch_signs(e, k, signs)) for k in subs}
             made = [any(m[i] for _, m in done.values()) for i in range(len(e.outs))]
+        elif e.prim.name == "loop":
+            done, made = self._loop(e, reads)
         else:
             dirty = any(reads)
             done = {k: self.body(e.params[k], dirty) for k in subs}
@@ -161,3 +163,19 @@ class _Masker:
             made = [dirty] * len(e.outs)
         params = {**e.params, **{k: g for k, (g, _) in done.items()}}
         return Eqn(e.prim, e.ins, e.outs, freeze(params), e.loc), made
+
+    def _loop(self, e: Eqn, reads: list) -> tuple[dict, list]:
+        """A loop (operands: the count, consts, carries' first values, stacked xs; its body's params: the counter
+        and the same; results: the carries, then the stacked ys): its body's params marked as their operands are,
+        and a carry also when the body's result for it is, until that holds."""
+        nc, ncar = e.params["n_consts"], e.params["n_carry"]
+        mask = [False] + list(reads[1:])
+        while True:
+            g, made = self.body(e.params["body"], mask)
+            grown = [i for i in range(ncar) if made[i] and not mask[1 + nc + i]]
+            if not grown:
+                break
+            for i in grown:
+                mask[1 + nc + i] = True
+        outs = [made[i] or mask[1 + nc + i] for i in range(ncar)] + list(made[ncar:])
+        return {"body": (g, made)}, outs
