@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from ..ir.core import Eqn, Func, Lit, Var, freeze
 from ..prims.base import PRIMS
+from .rewrite import walk_funcs
 
 _DOMAIN_FNS = frozenset({"log", "log1p", "sqrt", "lgamma", "digamma"})  # math forms nonfinite at a finite x
 _DOMAIN_PRIMS = frozenset({"div", "pow", "mod", "fmod", "extern_call", "custom_jvp", "custom_vjp",
@@ -29,7 +30,19 @@ _DOMAIN_PRIMS = frozenset({"div", "pow", "mod", "fmod", "extern_call", "custom_j
 
 def mask_nonfinite(f: Func) -> Func:
     """f with the products of a (co)tangent by a maybe nonfinite value masked (sub-functions too)."""
-    return _Masker().body(f, False)[0]
+    return _Masker(_shared_bodies(f)).body(f, False)[0]
+
+
+def _shared_bodies(f: Func) -> set[int]:
+    """The ids of the bodies that more than one equation holds (a kept call's callee called twice): each is
+    rewritten once, as if every param may be nonfinite, so that it stays one function."""
+    seen: dict[int, int] = {}
+    for g in walk_funcs(f):
+        for e in g.eqns:
+            for v in e.params.values():
+                if isinstance(v, Func):
+                    seen[id(v)] = seen.get(id(v), 0) + 1
+    return {k for k, n in seen.items() if n > 1}
 
 
 def makes_nonfinite(eqn: Eqn, sign=lambda a: 0) -> bool:
@@ -104,13 +117,16 @@ _SAME_SIGN = frozenset({"broadcast_to", "reshape", "transpose", "index", "slice"
 class _Masker:
     """The analysis and the rewrite in one forward walk; a body is done once per set of maybe nonfinite params."""
 
-    def __init__(self):
+    def __init__(self, shared: set[int]):
+        self.shared = shared
         self.memo: dict[tuple, tuple[Func, tuple[bool, ...]]] = {}
         self.keep: list[Func] = []  # (the bodies memo's ids refer to, kept alive)
 
     def body(self, f: Func, dirty, signs=()) -> tuple[Func, tuple[bool, ...]]:
         """(f rewritten, which results of f may be nonfinite); dirty: which params may be (True: every one);
         signs: the params' sign facts (see makes_nonfinite; () for none)."""
+        if id(f) in self.shared:
+            dirty, signs = True, ()
         dirty = (dirty,) * len(f.params) if isinstance(dirty, bool) else tuple(dirty)
         key = (id(f), dirty, tuple(signs))
         if key not in self.memo:
@@ -122,7 +138,8 @@ class _Masker:
         maybe: set[Var] = {p for p, d in zip(f.params, dirty) if d and p.type.is_float}
         known: dict = {p: s for p, s in zip(f.params, signs) if s}  # var -> sign; ("eqn", var) -> its eqn
         eqns = [self._eqn(e, maybe, known) for e in f.eqns]
-        out = Func(f.name, f.params, tuple(eqns), f.results, f.result_names, f.plan, f.notes, f.defaults)
+        same = all(a is b for a, b in zip(eqns, f.eqns))
+        out = f if same else Func(f.name, f.params, tuple(eqns), f.results, f.result_names, f.plan, f.notes, f.defaults)
         return out, tuple(isinstance(r, Var) and r in maybe for r in f.results)
 
     def _eqn(self, e: Eqn, maybe: set, signs: dict) -> Eqn:
@@ -161,6 +178,8 @@ class _Masker:
             if not dirty and any(any(m) for _, m in done.values()):
                 dirty, done = True, {k: self.body(e.params[k], True) for k in subs}
             made = [dirty] * len(e.outs)
+        if all(g is e.params[k] for k, (g, _) in done.items()):
+            return e, made
         params = {**e.params, **{k: g for k, (g, _) in done.items()}}
         return Eqn(e.prim, e.ins, e.outs, freeze(params), e.loc), made
 
