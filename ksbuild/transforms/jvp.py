@@ -14,6 +14,7 @@ from ..errors import in_rule, located, rule
 from ..ir.builder import Builder
 from ..ir.core import Atom, Func, Var
 from ..prims.common import zeros
+from .nonfinite import mask_nonfinite
 from .sink import sink
 
 
@@ -50,8 +51,22 @@ def tangent_mask(types) -> list[bool]:
     return [t.is_float for t in types]
 
 
+_depth = [0]  # how many jvp_funcs are under way: the innermost ones (an if's branches, a loop's body) are not masked
+
+
 def jvp_func(f: Func, has_tangent: Sequence[bool] | None = None, name: str | None = None) -> Func:
     """The jvp of f: (primals, tangents of inputs with has_tangent) -> (results, tangents of float results)."""
+    _depth[0] += 1
+    try:
+        out = _jvp_func(f, has_tangent, name)
+    finally:
+        _depth[0] -= 1
+    # a (co)tangent times a value that may be inf or nan is 0 where the (co)tangent is (transforms/nonfinite.py):
+    # decided once on the whole program, where a branch's params are known from the operands of its if
+    return out if _depth[0] else mask_nonfinite(out)
+
+
+def _jvp_func(f: Func, has_tangent: Sequence[bool] | None, name: str | None) -> Func:
     has_tangent = list(has_tangent if has_tangent is not None else tangent_mask(f.in_types))
     b = Builder()
     primals = [Var(p.type, p.hint) for p in f.params]
