@@ -459,8 +459,9 @@ class Writer:
         place = self.plan.places.get(v) if self.plan is not None else None
         if place is None:
             return self.alloc(v.type, self.hint(v) or hint, bool(v.hint))
-        if place.kind == "arg":
-            return self.outputs[place.index]
+        if place.kind == "arg":  # (v may be a value the result is a reshape of: plan_memory)
+            out = self.outputs[place.index]
+            return out if tuple(out.shape) == tuple(v.type.shape) else Storage.buffer(out.base, v.type.shape)
         if place.kind in ("into", "reuse"):
             return self.storage(place.of)
         if place.kind == "row":

@@ -25,6 +25,12 @@ from ..ir.printer import format_scalar, format_type, format_value, print_func, w
 from ..ir.types import C_TYPES
 
 
+
+def code_text(lines: list[str]) -> str:
+    """The C++ of lines without comments and string literals: what a search for a name's uses reads (a
+    static_assert's message "the kernel's" is no use of a parameter `s`)."""
+    return "\n".join(re.sub(r'"(?:[^"\\]|\\.)*"', '""', re.sub(r"//.*", "", line)) for line in lines)
+
 @dataclass
 class Helper:
     """One generated helper function: its C++ name, the dims it takes first, its text."""
@@ -142,7 +148,7 @@ def _write(fn: Func, dims: list[str], caller, name: str) -> Helper:
     w.env.update(zip(fn.params, args))
     results = [h.at([]) if isinstance(h, Storage) else h for h in emit_body(w, fn)]
     body = list(w.lines)
-    text = "\n".join(re.sub(r"//.*", "", line) for line in body + results)
+    text = code_text(body + results)
     params = [f"{C_TYPES[p.type.dtype]} {a}" for p, a in zip(fn.params, args)]
     unused = [f"    (void){a};" for a in args if not re.search(rf"\b{re.escape(a)}\b", text)]
     if len(results) == 1:
@@ -196,7 +202,7 @@ def _write_tensor(fn: Func, dims: list[str], caller, name: str, strided: tuple =
             store(w, h, dst, r.type)
     lines = (w.ws.prologue() if w.ws.offsets else []) + body + w.lines
     params += ["void* workspace"] if w.ws.offsets else []
-    text = "\n".join(re.sub(r"//.*", "", line) for line in lines)
+    text = code_text(lines)
     used = [d for d in dims if re.search(rf"\b{re.escape(d)}\b", text + w.ws.size_expr())]
     unused = [f"    (void){a.split()[-1]};" for a in params if not re.search(rf"\b{re.escape(a.split()[-1])}\b", text)]
     head = f"static void {name}({', '.join([f'int64_t {d}' for d in used] + params)}) {{  // {fn.name}"

@@ -10,7 +10,7 @@ from . import steps as steps_
 from .aliasing import in_place_inputs
 from .body import emit_body
 from .cpp import Namer, Workspace, Writer, is_macro_like
-from .helpers import Helpers
+from .helpers import Helpers, code_text
 from .steps import scope_steps
 from .storage import Storage, dim_expr
 
@@ -323,6 +323,6 @@ def _void_unused(args: list[ArgView], body: list[str]) -> list[str]:
     """Mark parameters the body never reads as used, so -Wextra stays quiet."""
     import re
 
-    text = "\n".join(re.sub(r"//.*", "", line) for line in body)  # a comment's "a" is no use of a
+    text = code_text(body)  # a comment's or a string's "a" is no use of a
     unused = [a.name for a in args if not re.search(rf"\b{re.escape(a.name)}\b", text)]
     return [f"    (void){n};" for n in unused] + body

@@ -154,9 +154,8 @@ def conv_transpose(b, x: Atom, w: Atom, bias: Atom | None, strides=None, pads=No
     cg = c // groups
     xg = b.reshape(x, shape=(n, groups, cg) + x.type.shape[2:])
     wg = b.reshape(w, shape=(groups, cg, mg) + w.type.shape[2:])
-    outs, taps = OUT_LETTERS[:k], TAP_LETTERS[:k]
-    spec = f"ngc{outs},gcm{taps}->ngm{''.join(o + t for o, t in zip(outs, taps))}"
-    y = b.einsum(xg, wg, spec=spec)
+    y = _transpose_product(b, x, wg, groups, k)  # [n, g, m / g, *taps, *positions]
+    y = b.transpose(y, perm=(0, 1, 2) + tuple(a for i in range(k) for a in (3 + k + i, 3 + i)))
     for i in range(k):
         s_in, kk = x.type.shape[2 + i], w.type.shape[2 + i]
         full = dim_add(dim_mul(dim_sub(s_in, 1), strides[i]), (kk - 1) * dilations[i] + 1)
@@ -165,6 +164,24 @@ def conv_transpose(b, x: Atom, w: Atom, bias: Atom | None, strides=None, pads=No
     for i in range(k):
         y = pad_axis(b, y, 2 + i, -pads[i], extra[i] - pads[k + i])
     return _add_channel_bias(b, y, bias)
+
+
+def _transpose_product(b, x: Atom, wg: Atom, groups: int, k: int) -> Atom:
+    """ConvTranspose's products before the overlap-add: y[n, g, m, taps, positions] = Σ_c x[n, g·c, positions] ·
+    w[g, c, m, taps]. A float one is a 1x1 convolution with m·taps output channels per group (the conv primitive's
+    pointwise kernels); others one einsum over merged letters (one matrix product per image and group: contracting
+    straight into the taps-beside-positions order of the folds made a product per position)."""
+    n, spatial = x.type.shape[0], x.type.shape[2:]
+    g, cg, mg, taps = groups, wg.type.shape[1], wg.type.shape[2], wg.type.shape[3:]
+    kernel = numel((mg,) + tuple(taps))
+    if x.type.dtype in ("f32", "f64") and k <= 3:
+        w1 = b.transpose(wg, perm=(0, 2) + tuple(range(3, 3 + k)) + (1,))  # [g, m, *taps, c]
+        w1 = b.reshape(w1, shape=(g * kernel, cg) + (1,) * k)
+        y = b.conv(x, w1, strides=(1,) * k, pads=(0,) * (2 * k), dilations=(1,) * k, groups=g)
+    else:
+        y = b.einsum(b.reshape(wg, shape=(g, cg, kernel)), b.reshape(x, shape=(n, g, cg, numel(spatial))),
+                     spec="gcM,ngcP->ngMP")
+    return b.reshape(y, shape=(n, g, mg) + tuple(taps) + tuple(spatial))
 
 
 def pool_pads(b, sizes: Sequence[Dim], kernel, strides, dilations, pads, ceil_mode: bool) -> list[int]:

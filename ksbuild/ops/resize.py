@@ -17,6 +17,7 @@ from ..ir.types import Type
 from ._util import error
 from .create import array
 from .linalg import LETTERS
+from .shape import concatenate
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,44 @@ def weights(spec: ResizeSpec, n_in: int, n_out: int, scale: float, roi=None) -> 
     return w, outside
 
 
+def periodic_taps(w: np.ndarray) -> tuple[int, int, np.ndarray] | None:
+    """(s, lo, M) when W [n_in · s, n_in] is an upsampling by the whole factor s whose output s·q + r is
+    Σ_k M[r, k] · x[clamp(q - lo + k)] (the same taps around q for every q, clamped at the edges: linear and cubic
+    resizes by 2, 3, ...); else None."""
+    n_out, n_in = w.shape
+    if n_in < 2 or n_out % n_in or n_out == n_in:
+        return None
+    s, q = n_out // n_in, n_in // 2
+    rows = w[s * q:s * q + s]
+    nz = np.flatnonzero(rows.any(axis=0))
+    if not len(nz):
+        return None
+    lo, m = q - nz[0], rows[:, nz[0]:nz[-1] + 1]
+    again = np.zeros_like(w)
+    for j in range(n_out):
+        for k in range(m.shape[1]):
+            again[j, min(max(j // s - lo + k, 0), n_in - 1)] += m[j % s, k]
+    return (s, int(lo), m) if np.array_equal(again, w) else None
+
+
+def _upsample_taps(b, x: Atom, axis: int, s: int, lo: int, m: np.ndarray, dtype) -> Atom:
+    """x upsampled by s along axis as periodic_taps describes: the edges repeated, then for each tap k the slice
+    starting k positions in, [.., n, 1, ..] (views) times M[:, k] [s], summed, and [.., n, s, ..] read as
+    [.., n·s, ..]: one loop over the result; the taps' order is W's columns' (the dense product's sums)."""
+    n, taps = x.type.shape[axis], m.shape[1]
+    edge = lambda i: b.slice(x, axis=axis, start=i, stop=i + 1)  # noqa: E731
+    hi = taps - 1 - lo
+    padded = concatenate(b, [edge(0)] * lo + [x] + [edge(n - 1)] * hi, axis) if lo or hi else x
+    padded = b.reshape(padded, shape=padded.type.shape[:axis + 1] + (1,) + padded.type.shape[axis + 1:])
+    along = [s if i == axis + 1 else 1 for i in range(x.type.rank + 1)]
+    y = None
+    for k in range(taps):
+        if m[:, k].any():
+            term = b.mul(b.slice(padded, axis=axis, start=k, stop=k + n), array(b, m[:, k].astype(dtype).reshape(along)))
+            y = term if y is None else b.add(y, term)
+    return b.reshape(y, shape=x.type.shape[:axis] + (n * s,) + x.type.shape[axis + 1:])
+
+
 def resize_axis(b, x: Atom, axis: int, w: np.ndarray, outside: np.ndarray, spec: ResizeSpec) -> Atom:
     """x with one axis mapped by W (a gather when every row picks one input)."""
     picks = (np.count_nonzero(w, axis=1) == 1) & np.isclose(w.max(axis=1), 1.0)
@@ -127,10 +166,14 @@ def resize_axis(b, x: Atom, axis: int, w: np.ndarray, outside: np.ndarray, spec:
         return b.gather(x, array(b, w.argmax(axis=1).astype(np.int64)), axis=axis)
     if not x.type.is_float:
         raise error(b, f"{spec.mode} resize of {x.type} (an integer tensor) is not supported")
-    wt = array(b, w.astype(np.float32 if x.type.dtype == "f32" else np.float64))
-    letters = LETTERS[:x.type.rank]
-    out = letters.replace(letters[axis], "Z")
-    y = b.einsum(x, wt, spec=f"{letters},Z{letters[axis]}->{out}")
+    dtype = np.float32 if x.type.dtype == "f32" else np.float64
+    periodic = periodic_taps(w) if not outside.any() and isinstance(x.type.shape[axis], int) else None
+    if periodic is not None:
+        y = _upsample_taps(b, x, axis, *periodic, dtype)
+    else:
+        letters = LETTERS[:x.type.rank]
+        out = letters.replace(letters[axis], "Z")
+        y = b.einsum(x, array(b, w.astype(dtype)), spec=f"{letters},Z{letters[axis]}->{out}")
     if outside.any():
         mask = outside.reshape([-1 if i == axis else 1 for i in range(x.type.rank)])
         fill = np.where(mask, spec.extrapolation, 0.0).astype(np.float32 if x.type.dtype == "f32" else np.float64)

@@ -50,6 +50,7 @@ def layout_constants(f: Func, vectors: bool = True, threads: int = 0) -> Func:
         if source and uses[e.outs[0]] == 1 and e.outs[0].type.rank == 2:
             single[e.outs[0]] = folded[e.outs[0]].array()
     wrapped = {e.outs[0] for e in f.eqns if e.prim.name == "transpose" and e.outs[0] in single}
+    views = _single_use_views(f, kernels, folded, uses)
     changed = False
 
     def rule(b, eqn, ins):
@@ -64,16 +65,10 @@ def layout_constants(f: Func, vectors: bool = True, threads: int = 0) -> Func:
             changed = True
             (value,) = eqn.prim.eval(folded[eqn.ins[0]].array(), env={}, **eqn.params)
             return [b.constant(value=Dense.of(value))]
-        if eqn.prim.name == "convolve" and vectors and threads <= 1:
-            panels = _pointwise_panels(eqn, kernels, uses)
-            if panels is None:
-                return None
-            changed = True
-            params = dict(eqn.params, impl="pointwise", cols=eqn.ins[1].type.shape[0])
-            x, w, y = eqn.ins[0].type, eqn.ins[1].type, eqn.outs[0].type
-            if windowed(x, w, y, eqn.params):  # (the kernel's window, which the panels' shape no longer says)
-                params["window"] = tuple(w.shape[2:])
-            return bind_like(b, eqn, eqn.prim, [ins[0], b.constant(value=panels)] + list(ins[2:]), params)
+        if eqn.prim.name == "convolve":
+            new = _convolve_constants(b, eqn, ins, kernels, folded, views, uses, vectors and threads <= 1)
+            changed = changed or new is not None
+            return new
         if eqn.prim.name != "contract" or eqn.params["impl"] in ("loops", "dense") or not single:
             return None
         spec = eqn.params["spec"]
@@ -146,16 +141,46 @@ def _loop_body_with_constants(eqn, kernels: dict, vectors: bool, threads: int) -
     return laid if laid is not sunk else None
 
 
-def _pointwise_panels(eqn, kernels: dict, uses) -> Dense | None:
+def _single_use_views(f: Func, kernels: dict, folded: dict, uses) -> set:
+    """The views of constants (reshapes, transposes, ...) read once, each step back to the constant read once too:
+    what a reader may take as a constant of its own without the constant staying for another reader."""
+    views: set = set()
+    for e in f.eqns:
+        src = e.ins[0] if e.ins else None
+        if e.prim.name != "constant" and e.outs and e.outs[0] in folded and uses[e.outs[0]] == 1 and \
+                (src in views or (src in kernels and uses[src] == 1)):
+            views.add(e.outs[0])
+    return views
+
+
+def _convolve_constants(b, eqn, ins, kernels: dict, folded: dict, views: set, uses, pointwise: bool):
+    """A convolve whose kernel is a constant read by it alone: stored as ks::conv_pointwise's panels where that
+    kernel runs (`pointwise`: one thread, a vector unit), and a view of a constant (ConvTranspose's 1x1
+    convolution reads the transposed kernel) stored as that view, computed now instead of on every call;
+    None when neither applies."""
+    w = eqn.ins[1]
+    kernel = folded[w] if w in views else kernels.get(w) if uses[w] == 1 else None
+    panels = _pointwise_panels(eqn, kernel) if pointwise and kernel is not None else None
+    if panels is None:
+        return bind_like(b, eqn, eqn.prim, [ins[0], b.constant(value=kernel)] + list(ins[2:]), dict(eqn.params)) \
+            if w in views else None
+    params = dict(eqn.params, impl="pointwise", cols=w.type.shape[0])
+    x, y = eqn.ins[0].type, eqn.outs[0].type
+    if windowed(x, w.type, y, eqn.params):  # (the kernel's window, which the panels' shape no longer says)
+        params["window"] = tuple(w.type.shape[2:])
+    return bind_like(b, eqn, eqn.prim, [ins[0], b.constant(value=panels)] + list(ins[2:]), params)
+
+
+def _pointwise_panels(eqn, kernel: Dense) -> Dense | None:
     """The panels [ceil(M / P), C, P] of the transposed kernel [C, M] of a pointwise convolve that
-    ks::conv_pointwise computes (its kernel [M, C, 1...] a constant read by it alone), or None."""
+    ks::conv_pointwise computes, or None."""
     x, w = eqn.ins[:2]
-    if w not in kernels or uses[w] != 1 or not pointwise_applies(x.type, w.type, eqn.outs[0].type, eqn.params):
+    if not pointwise_applies(x.type, w.type, eqn.outs[0].type, eqn.params):
         return None
-    kernel = kernels[w].array()
+    value = kernel.array()
     if windowed(x.type, w.type, eqn.outs[0].type, eqn.params):
-        return Dense.of(window_panels(kernel))
-    return Dense.of(to_panels(kernel.reshape(kernel.shape[:2]).T))
+        return Dense.of(window_panels(value))
+    return Dense.of(to_panels(value.reshape(value.shape[:2]).T))
 
 
 def _panel_source(eqn, letters: str, want: str, reordered: Dense | None, single: dict):

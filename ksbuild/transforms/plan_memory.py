@@ -40,7 +40,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from ..ir.core import Atom, Eqn, Func, Var, freeze
-from ..ir.types import Type, dim_mul, element_bytes
+from ..ir.types import Type, dim_mul, element_bytes, numel
 from ..prims.control import keeps_call, kept_call
 from ..prims.scratch import ALL_TILES
 
@@ -144,13 +144,17 @@ class _Walk:
                 self.places[v] = Place("arg", k)
             elif v in self.places and self.places[v].kind == "reuse" and self._scratch_output(r, v):
                 self.places[r] = Place("arg", k)  # (v is written over r's value in the output: see simple)
+            elif v not in self.places and self.unreshaped(v) is r and self._scratch_output(r, v, reshaped=True):
+                self.places[r] = Place("arg", k)  # (v is r's elements in r's order: a reshape of the output)
         self.read_all(f.results)
 
-    def _scratch_output(self, r, v: Var) -> bool:
-        """Whether buffer r, which top-level result v overwrites in place, may be the output argument v is written
-        to: a buffer of v's type that an equation made (not a parameter, nor already placed), that no other result
-        lives in."""
-        return r is not None and r is not v and r in self.defined and r not in self.places and r.type == v.type \
+    def _scratch_output(self, r, v: Var, reshaped: bool = False) -> bool:
+        """Whether buffer r, which top-level result v overwrites in place (or, `reshaped`, is a reshape of), may be
+        the output argument v is written to: a buffer of v's type (its elements) that an equation made (not a
+        parameter, nor already placed), that no other result lives in."""
+        fits = r is not None and (r.type == v.type or reshaped and r.type.dtype == v.type.dtype
+                                  and numel(r.type.shape) == numel(v.type.shape))
+        return fits and r is not v and r in self.defined and r not in self.places \
             and r not in self.outputs and not any(self.root.get(u) is r for u in self.outputs if u is not v)
 
     # ---- lifetimes -----------------------------------------------------------------------------

@@ -19,6 +19,8 @@ Requires: a Func. Guarantees: an equivalent Func (same values on every input) wh
     transpose, not(x == y) is x != y, a select on a literal condition is its side broadcast (transforms/one_form.py),
   - a masked product by a finite nonzero literal is a plain product (plain_product),
   - a sum of a contraction over letters of one operand only sums that operand first (sum_first),
+  - a fold of windows that tile their axis (stride = taps, dilation 1: a ConvTranspose whose stride is its
+    kernel, the gradient of a 2x2 stride-2 window) is a reshape (tiling_fold),
   - a one-hot select (the derivative of a first-extremum reduction) that is scaled, summed or contracted is
     scattered at its positions instead (transforms/one_hot.py),
   - an equation whose inputs are all scalar literals is folded to a literal; a float32 literal holds a float32
@@ -34,7 +36,7 @@ import numpy as np
 from ..ir.builder import Builder
 from ..ir.core import Atom, Eqn, Func, Lit, Var
 from ..ir.interp import eval_func
-from ..ir.types import Type
+from ..ir.types import Type, dim_mul
 from ..prims.tensor import parse_spec
 from .one_form import one_form_rules
 from .one_hot import one_hot_rules
@@ -321,6 +323,18 @@ def last_step(b: Builder, eqn: Eqn, ins: list[Atom], made: dict[Var, Eqn]) -> At
     return b.reshape(loop.outs[carries.index(row)], shape=eqn.outs[0].type.shape)
 
 
+def tiling_fold(b: Builder, eqn: Eqn, ins: list[Atom]) -> Atom | None:
+    """fold(y, axis) = reshape(y) when the windows tile the axis: each output element is one window's tap,
+    added to the fold's zero (exact, but for a -0.0 tap, which the fold makes +0.0)."""
+    if eqn.prim.name != "fold" or isinstance(ins[0], Lit):
+        return None
+    shape, p = ins[0].type.shape, eqn.params
+    windows, taps = shape[p["axis"]], shape[p["axis"] + 1]
+    if p["stride"] != taps or (p["dilation"] != 1 and taps != 1) or p["n"] != dim_mul(windows, taps):
+        return None
+    return b.reshape(ins[0], shape=eqn.outs[0].type.shape)
+
+
 def _unit_reshape_axis(src: tuple, dst: tuple, axis: int) -> int | None:
     """The axis of src that axis `axis` of dst is, when reshaping src to dst only adds or drops axes of size 1
     (None otherwise, or when `axis` is one of those)."""
@@ -424,7 +438,7 @@ def simplify_once(f: Func, counter_bound=None) -> Func:
             last_step(b, eqn, ins, made) or one_hot_rules(b, eqn, ins, made) or \
             clamp_inclusive(b, eqn, ins, made) or scale_after_product(b, eqn, ins, made, once) or \
             compose_transposes(b, eqn, ins, made, once) or one_form_rules(b, eqn, ins, made, once) or \
-            row_update(b, eqn, ins, made, bounds)
+            row_update(b, eqn, ins, made, bounds) or tiling_fold(b, eqn, ins)
         if acc is not None:
             env[eqn.outs[0]] = acc
             continue
