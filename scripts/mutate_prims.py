@@ -5,16 +5,17 @@ Each prim's mutants, in order (mutants_of): its type rule raising, its eval + 1,
 of a float result, None, becomes exp(result), which is never zero) and batched result, its emitted C++ value + 1 (a rule
 that assigns nothing through ctx.assign, a view, a kernel call, a loop: its result's element 0 + 1 after it, in a copy
 for a view) and a line that does not compile, a doubled cotangent (transpose), partial_eval and prune raising, a wrong
-simplification, a doubled expansion, fusible and nonneg flipped, a rows or along rule slicing the wrong operand, bounds
-narrowed, int_value + 1, select_backend and inplace removed, parallel flipped, scratch halved, and each fact the record
-states removed (a reduction made another kind).
+simplification, a doubled expansion, fusible flipped, sign made > 0, nonfinite made finite, masked removed,
+implies flipped, a rows or along rule slicing the wrong operand, bounds narrowed, int_value + 1, select_backend and
+inplace removed, parallel flipped, scratch halved, and each fact the record states removed (a reduction made another
+kind).
 
 A prim whose forms differ by a record of their own (Prim.table: math's MathFn per function) is audited per form too:
 the unit `math` holds the record's mutants, active in every test naming math or one of its forms (math:exp, ...), and
 each unit `math:<fn>` the mutants of that function's record (its value + 1, its derivative doubled, its C++ + 1 and
-not compiling, singular flipped if it has a derivative, an opt-out removed: mutants_of_form), active only in the
-tests naming that form; they come after the record's in the run order (runs k, k + 1, ... for a record with k
-mutants), so that no run has two of one prim active at once.
+not compiling, singular flipped if it has a derivative, an opt-out removed, its sign made > 0, finite_on made ANY:
+mutants_of_form), active only in the tests naming that form; they come after the record's in the run order (runs
+k, k + 1, ... for a record with k mutants), so that no run has two of one prim active at once.
 
 Run i (MUT_RUN=i) breaks the i-th mutant of every prim (of every unit) at once, each active only while a test whose
 `name` parameter is a sample of that prim (or the prim) runs, or while test_prims_compiled lowers and renders that
@@ -48,7 +49,7 @@ import numpy as np
 
 from ksbuild.ir.core import Lit, Var
 from ksbuild.prims import PRIMS
-from ksbuild.prims.base import Prim
+from ksbuild.prims.base import ANY, POSITIVE, Prim, finite
 
 ACTIVE = [None]          # prim name active now (per-prim mode), or "*" (global mode)
 MUT: dict[str, tuple[str, str, object]] = {}   # prim -> (field, kind, value)
@@ -248,9 +249,14 @@ def mutants_of(p: Prim):
             except Exception:  # noqa: BLE001
                 return r
         add("bounds", "narrowed", bounds2)
-    if o.nonneg is not None:
-        nn = o.nonneg
-        add("nonneg", "flip", lambda eqn, nonneg_of: not nn(eqn, nonneg_of))
+    add("sign", "positive", lambda eqn, sign_of: POSITIVE)  # (every record states one)
+    if o.nonfinite is not finite:
+        add("nonfinite", "finite", finite)
+    if o.masked is not None:
+        add("masked", "off", None)
+    if o.implies is not None:
+        im = o.implies
+        add("implies", "flip", lambda eqn, holds: im(eqn, not holds))
     if o.int_value is not None:
         iv = o.int_value
 
@@ -310,6 +316,9 @@ def mutants_of_form(p: Prim, form: str):
         add("singular:flip", singular=not r.singular)
     if r.opt_outs:
         add("opt_outs:off", opt_outs=())
+    add("sign:positive", sign=lambda s: POSITIVE)
+    if r.finite_on != ANY:
+        add("finite_on:any", finite_on=ANY)
     return out
 
 

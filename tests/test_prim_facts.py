@@ -1,12 +1,13 @@
 """The facts a prim record states for the passes (reduction, remat, strings, whole, takes, inplace, parallel,
-precompute, select_backend), read where the passes once tested prim names: each is checked through the pass that
-reads it."""
+precompute, select_backend, sign, nonfinite, masked, implies), read where the passes once tested prim names: each is
+checked through the pass that reads it, or against the interpreter."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
 import pytest
+from prim_samples import SAMPLES
 
 from ksbuild.errors import KsbuildError
 from ksbuild.frontends.python.source import compile_python_kernel
@@ -15,7 +16,7 @@ from ksbuild.ir.core import Lit, Var
 from ksbuild.ir.interp import eval_func
 from ksbuild.ir.types import Type
 from ksbuild.prims import PRIMS
-from ksbuild.prims.base import form_name
+from ksbuild.prims.base import ANY, NONNEG, POSITIVE, form_name, literal_sign
 
 WHOLE = '''\
 import math
@@ -335,6 +336,55 @@ def test_a_masked_product_by_a_finite_literal_is_the_unmasked_product(name):
             np.testing.assert_array_equal(eval_func(g, [x])[0], eval_func(f, [x])[0])
 
 
+MASKED = ("ctmul",)
+"""The products a (co)tangent makes whose record names the masked product the nonfinite pass binds in their place."""
+
+
+@pytest.mark.parametrize("name", MASKED)
+def test_a_product_by_a_maybe_nonfinite_value_is_masked(name):
+    """Prim.masked: transforms/nonfinite.py makes prim(c, log(x)) the record's masked product (log of an x not known
+    > 0 may be nan), which gives 0 where c is 0 against that nan; prim(c, exp(x)) stays as it is (exp is finite)."""
+    import numpy as np
+
+    from ksbuild.transforms.nonfinite import mask_nonfinite
+    f64 = Type("f64", (3,))
+    x, c = np.array([-1.0, 0.0, 2.0]), np.array([0.0, 0.0, 1.5])
+    for fn, masked in (("log", True), ("exp", False)):
+        vx, vc = Var(f64, "x"), Var(f64, "c")
+        b = Builder()
+        f = b.func(name, [vx, vc], list(b.bind(PRIMS[name], [vc, getattr(b, fn)(vx)], {})))
+        g = mask_nonfinite(f)
+        assert g.eqns[-1].prim is (PRIMS[name].masked if masked else PRIMS[name]), (fn, g.eqns[-1].prim)
+        if masked:
+            assert list(eval_func(g, [x, c])[0][:2]) == [0.0, 0.0]
+
+
+IMPLYING = ("compare",)
+"""The prims whose bool result shows something of their operands' signs (Prim.implies)."""
+
+
+@pytest.mark.parametrize("name", IMPLYING)
+def test_a_condition_shows_its_operands_sign(name):
+    """Prim.implies: for each form, a literal c of -1, 0, 2 on either side and x of -3..3 in halves (and nan), where
+    the condition is `holds` the operand it names has the sign it says; and it says something somewhere (the
+    nonfinite pass gives the branches of `if x > 0` those signs: log(x) in the then branch is finite)."""
+    import numpy as np
+    said = 0
+    for op in PRIMS[name].forms:
+        for c in (-1.0, 0.0, 2.0):
+            for lit_first in (False, True):
+                x = Var(Type("f64"), "x")
+                b = Builder()
+                ins = [Lit(c, Type("f64")), x] if lit_first else [x, Lit(c, Type("f64"))]
+                f = b.func(op, [x], list(b.bind(PRIMS[name], ins, {"op": op})))
+                for v in [*np.arange(-3, 3.5, 0.5), np.nan]:
+                    holds = bool(eval_func(f, [v])[0])
+                    for atom, sign in PRIMS[name].implies(f.eqns[0], holds):
+                        said += 1
+                        assert atom is x and (np.isnan(v) or (v > 0 if sign == POSITIVE else v >= 0)), (op, c, v)
+    assert said, f"the implies rule of {name} says nothing on any case"
+
+
 NAME_TEST = re.compile(r"prim\.name *(==|!=|in|not in) |\.prim is ")  # (docs/architecture.md's check, as grep -E)
 
 
@@ -455,22 +505,118 @@ def test_an_elementwise_prim_joins_a_loop_nest(name):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
-NONNEG = ("floordiv", "max", "min", "mod", "mul")
-"""The prims with a nonneg rule (whether a signed integer scalar result is >= 0, from its operands' signs)."""
+INT_SIGNED = ("add", "div", "floordiv", "max", "min", "mod", "mul")
+"""The binary integer prims whose sign rule knows a result >= 0 from operands >= 0 (codegen/int_signs.py reads it)."""
 
 
-@pytest.mark.parametrize("name", NONNEG)
-def test_nonneg_rule_is_never_wrong(name):
-    """Prim.nonneg: wherever it says a result is >= 0 (x of -4..6 against the literals -3, 2 and 5 on either side, each
-    operand's sign known), the interpreter's value is (codegen/int_signs.py clamps a never negative index from above
-    only, and divides one by a shift); and it says so somewhere."""
-    from ksbuild.ir.core import Lit
+@pytest.mark.parametrize("name", INT_SIGNED)
+def test_sign_rule_of_integers_is_never_wrong(name):
+    """Prim.sign on integers: wherever it says a result is >= 0 (or > 0), for x of -4..6 against the literals -3, 2
+    and 5 on either side, each operand's sign known, the interpreter's value is (codegen/int_signs.py clamps a never
+    negative index from above only, and divides one by a shift); and it says so somewhere."""
     said = 0
     for f, v, case in _integer_cases(name, (-3, 2, 5)):
-        if PRIMS[name].nonneg(f.eqns[0], lambda a: (a.value if isinstance(a, Lit) else v) >= 0):
-            said += 1
-            assert int(eval_func(f, [v])[0]) >= 0, case
-    assert said, f"the nonneg rule of {name} says no result is >= 0 on any case"
+        def sign_of(a):
+            return literal_sign(a.value if isinstance(a, Lit) else v)
+        known, got = PRIMS[name].sign(f.eqns[0], sign_of), int(eval_func(f, [v])[0])
+        said += known >= NONNEG
+        assert got >= 0 if known == NONNEG else got > 0 if known == POSITIVE else True, case
+    assert said, f"the sign rule of {name} says no result is >= 0 on any case"
+
+
+def _facts_stated(p) -> list[str]:
+    """What prim p's record (and each of its forms' records) leaves unstated of the sign and nonfinite facts."""
+    from ksbuild.prims.math_functions import NOWHERE
+    missing = [f for f in ("sign", "nonfinite") if not callable(getattr(p, f))]
+    for form, rec in p.table.items():
+        if not callable(getattr(rec, "sign", None)):
+            missing.append(f"{form}.sign")
+        if getattr(rec, "finite_on", None) not in (ANY, NONNEG, POSITIVE, NOWHERE):
+            missing.append(f"{form}.finite_on")
+    return missing
+
+
+@pytest.mark.parametrize("name", sorted(PRIMS))
+def test_record_states_its_sign_and_where_it_is_finite(name):
+    """Prim.sign and Prim.nonfinite (and, for math, each MathFn's sign and finite_on) are stated by every record:
+    no default stands in for them, since a prim assumed finite would let transforms/nonfinite.py leave a product by
+    its inf or nan unmasked (0 * nan), and a prim assumed >= 0 would drop an index's clamp."""
+    assert not _facts_stated(PRIMS[name]), f"{name} does not state {_facts_stated(PRIMS[name])}"
+
+
+def test_an_unstated_fact_fails_the_completeness_test():
+    """A new record without the facts is refused (the test above fails for it), not taken as finite."""
+    import dataclasses
+
+    from ksbuild.prims.math_functions import FUNCTIONS
+    bare = object.__new__(type(PRIMS["add"]))  # (a copy that is not registered: a record as a new prim writes it)
+    for k, v in vars(PRIMS["add"]).items():
+        object.__setattr__(bare, k, v)
+    object.__setattr__(bare, "nonfinite", None)
+    assert _facts_stated(bare) == ["nonfinite"]
+    object.__setattr__(bare, "table", {"exp2": dataclasses.replace(FUNCTIONS["exp"], finite_on=None)})
+    assert _facts_stated(bare) == ["nonfinite", "exp2.finite_on"]
+
+
+def _sign_of_array(a) -> int:
+    import numpy as np
+    a = np.asarray(a)
+    if a.dtype.kind not in "fiu" or not a.size:
+        return ANY
+    return POSITIVE if np.all(a > 0) else NONNEG if np.all(a >= 0) else ANY
+
+
+def _signed(args, r: int) -> list:
+    """The sample's arguments with float operand k as drawn, made < 0, made >= 0 or made > 0 by bits 2k, 2k + 1 of r
+    (the first two operands: every pair of those once in 16 r); >= 0 has the elements [::2] 0, -0.0 when bit 4 of r
+    is set; bit 5 makes them a thousand times larger (exp(-1000) underflows to 0)."""
+    import numpy as np
+
+    def signed(a, kind):
+        a = a * 1000 if r >> 5 & 1 else a
+        if kind in (0, 1, 3):
+            return (a, -np.abs(a) - 0.25, None, np.abs(a) + 0.25)[kind]
+        a = np.array(np.abs(a), dtype=a.dtype)
+        a.reshape(-1)[::2] = -0.0 if r >> 4 & 1 else 0.0
+        return a
+    with np.errstate(over="ignore"):
+        return [signed(a, (r >> 2 * k if k < 2 else r + k) & 3) if a.dtype.kind == "f" else a
+                for k, a in enumerate(args)]
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_sign_and_nonfinite_rules_hold_on_the_sample(name):
+    """Prim.sign and Prim.nonfinite against the interpreter, on 64 draws of the prim's sample with its float operands
+    as drawn, made < 0, made >= 0 (zeros and -0.0 among them) or made > 0, half of them large (`_signed`), each
+    operand's sign that of its values (an integer operand's as drawn): where the rule says the result is >= 0 (> 0),
+    its finite elements are; where the nonfinite rule says finite operands give finite results, they do but for
+    overflow (transforms/nonfinite.py masks no product by such a value; codegen/int_signs.py drops an index's
+    clamp)."""
+    import numpy as np
+    from prim_samples import prim_name
+    from test_prims import sample
+    types, params, _, _ = SAMPLES[name]
+    prim = PRIMS[prim_name(name)]
+    b = Builder()
+    ps = [Var(t, f"x{i}") for i, t in enumerate(types)]
+    f = b.func(name, ps, list(b.bind(prim, ps, params)))
+    e = f.eqns[-1]
+    rng = np.random.default_rng(31)
+    for r in range(64):
+        drawn = [np.asarray(a) for a in sample(name, rng)]
+        args = drawn if r == 0 else _signed(drawn, r)
+        signs = {p: _sign_of_array(a) for p, a in zip(ps, args)}
+        sign, nonfinite = prim.sign(e, signs.get), prim.nonfinite(e, signs.get)
+        with np.errstate(all="ignore"):
+            outs = [np.asarray(o) for o in eval_func(f, args)]
+        assert sign == ANY or len(outs) == 1, f"{name}: a sign rule of a prim with several results says {sign}"
+        y = outs[0]
+        if sign > ANY and y.dtype.kind in "fiub":  # (a bool's: False is 0)
+            ok = np.isfinite(y) if y.dtype.kind == "f" else np.ones(y.shape, bool)
+            assert np.all(y[ok] > 0 if sign == POSITIVE else y[ok] >= 0), (r, sign, signs, args, y)
+        finite_in = all(np.all(np.isfinite(a)) for a in args if a.dtype.kind == "f")
+        if not nonfinite and finite_in and r < 32:  # (overflow aside: not on the large operands)
+            assert all(np.all(np.isfinite(o)) for o in outs if o.dtype.kind == "f"), (r, signs, args, outs)
 
 
 def _with_strings(name: str):
@@ -907,7 +1053,8 @@ def test_a_loop_nest_moves_strings(name):
 FACT_TESTS = {  # fact -> (whether a record states it, the prims its test above checks, the prims it leaves to others)
     "costly": (lambda p: p.costly, COSTLY, ()),
     "elementwise": (lambda p: p.elementwise, ELEMENTWISE + RECOMPUTED, ()),
-    "nonneg": (lambda p: p.nonneg is not None, NONNEG, ()),
+    "masked": (lambda p: p.masked is not None, MASKED, ()),
+    "implies": (lambda p: p.implies is not None, IMPLYING, ()),
     "strings": (lambda p: p.strings, MOVERS + CARRIERS + ("fusion",), ()),
     "remat": (lambda p: p.remat, REMAT, ()),
     "whole": (lambda p: bool(p.whole), WHOLE_PRIMS, ()),

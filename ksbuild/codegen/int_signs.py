@@ -9,15 +9,16 @@ stays below the axis' size, there is no clamp at all.
 
 The facts: every symbolic size is >= 0 (the shape checks return err_shape otherwise) and a loop counter lies in
 [0, trip). A value is written as a polynomial in sizes, counters and opaque values (a product of two unknowns, a
-`//`), each opaque value with its own sign from its prim's `nonneg` rule. A polynomial is shown >= 0 by taking the
+`//`), each opaque value with its own sign from its prim's `sign` rule. A polynomial is shown >= 0 by taking the
 counters out from the innermost loop outwards: where it is linear in counter c with a coefficient a of known sign,
 c is replaced by its least value 0 (a >= 0) or its largest trip - 1 (a <= 0), the trip a polynomial of outer
 values: `r - c - 1` with c < r is r - (r - 1) - 1 = 0. What is left must have only positive terms in sizes and
 values >= 0. Relations between sizes that the shape checks enforce (T >= d) are not known here.
 
-Prims take part through two facts of their records (prims/base.py): `bounds` (interval arithmetic, which gives
-the exact value of add, sub, a product with a literal, a conversion, a size), and `nonneg` (whether the result is
->= 0 given which operands are). The Writer records the equations of integer scalars as it emits them, the loops'
+Prims take part through facts of their records (prims/base.py): `bounds` (interval arithmetic, which gives
+the exact value of add, sub, a product with a literal, a conversion, a size), `sign` (what is known of the result's
+sign given the operands': the same rule transforms/nonfinite.py reads for floats; here only >= 0 or not) and
+`int_value`. The Writer records the equations of integer scalars as it emits them, the loops'
 counters and trips, and the outer values a body's params stand for (codegen/body.py).
 """
 from __future__ import annotations
@@ -84,13 +85,21 @@ class IntSigns:
         self._nonneg[a] = False  # (no cycles in an IR, but a guard costs nothing)
         out = a in self.counters
         eqn = self.defs.get(a)
-        if not out and eqn is not None and eqn.prim.nonneg is not None:
-            out = bool(eqn.prim.nonneg(eqn, self.nonneg))
+        if not out and eqn is not None:
+            from ..prims.base import NONNEG  # (prims import codegen: not at module level)
+            out = eqn.prim.sign(eqn, self._sign) >= NONNEG
         if not out:
             v = self.value(a)
             out = v is not None and self._prove(v, [MAX_STEPS])
         self._nonneg[a] = out
         return out
+
+    def _sign(self, a: Atom) -> int:
+        """a's sign as a prim's sign rule reads it (prims/base.py): NONNEG or ANY, a literal's own."""
+        from ..prims.base import ANY, NONNEG, literal_sign  # (prims import codegen: not at module level)
+        if isinstance(a, Lit):
+            return literal_sign(a.value) if _is_int_literal(a) else ANY
+        return NONNEG if self.nonneg(a) else ANY
 
     def below(self, a: Atom, n: Dim) -> bool:
         """Whether the integer scalar a is at most n - 1 (n a size) wherever it is computed."""

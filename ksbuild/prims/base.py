@@ -44,8 +44,16 @@ Rule signatures (b is a Builder, atoms are Var/Lit, a tangent or cotangent of No
   known only at run time. The memory plan gives it bytes of the arena for the equation alone
 - bounds(eqn, range_of) -> (lo, hi) | None   the half-open range [lo, hi) (ints or symbolic dims) of an integer
   result, from range_of(atom) of its operands (None: unknown); interval arithmetic for loop bounds and indices
-- nonneg(eqn, nonneg_of) -> bool   whether a signed integer scalar result is >= 0, given nonneg_of(atom) of its
-  operands (codegen/int_signs.py: a never negative index is clamped from above only, a `//` of one is a shift)
+- sign(eqn, sign_of) -> ANY | NONNEG | POSITIVE   what is known of the sign of its result (ints and floats) where
+  its operands are finite and of the signs sign_of(atom) gives, and the result is finite (-0.0 counts as >= 0: the
+  rule of atan2, whose atan2(-0.0, -1) is -pi, knows nothing); ANY for a prim with several results.
+  codegen/int_signs.py: a never negative index is clamped from above only, a `//` of one is a shift;
+  transforms/nonfinite.py: the log of a positive value is finite. Every record states it (`unsigned`: nothing known)
+- nonfinite(eqn, sign_of) -> bool   whether a float result may be inf or nan although its operands are finite and
+  of the signs sign_of(atom) gives (log of a value not known > 0, x / y, an external function); overflow (exp of a
+  large x) and a reduction over an empty axis (max: -inf) aside. `from_bodies`: a prim with sub-functions, whose
+  results are what they make (the nonfinite pass walks them; alone it says True). Every record states it
+  (transforms/nonfinite.py masks the (co)tangent products of such values)
 - declare(eqn) -> (declaration, files)   a C declaration at file scope that the equation's C++ needs (an external C
   function's: extern_call) and the user's source files that define it (copied into the project and compiled)
 - int_value(eqn, value_of, nonneg_of) -> Dim | None   the exact value of a signed integer scalar result as a
@@ -89,13 +97,20 @@ Facts the passes read instead of testing a prim's name:
   constant is computed by its eval when the package is compiled (layout_constants) instead of at run time
 - takes: it takes elements at positions along an axis (params["axis"]) of its first operand, or writes
   there: the operands holding index tensors (() when the positions are scalars); None if it does not
+- implies(eqn, holds) -> ((atom, sign), ...)   of a prim with a bool result: what its result being `holds` shows of
+  its operands' signs (compare: x > c for a literal c >= 0 shows x > 0 where it holds); the nonfinite pass gives an
+  if's branches the signs their condition shows (the else branch of `if n < 1e-4` has n > 0)
+- masked: the masked product (mulz: 0 where the first operand is 0) that transforms/nonfinite.py binds in place of
+  an equation of this product (ctmul: a (co)tangent times a value) whose second operand may be inf or nan
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ..errors import rule  # noqa: F401  (prims.base.rule: a prim's rule, or the reason it has none)
+from ..ir.core import Lit
 
 PRIMS: dict[str, "Prim"] = {}
 FORMS: dict[str, tuple["Prim", dict]] = {}  # a form's name -> (its prim, the params the name fixes)
@@ -149,7 +164,10 @@ class Prim:
     lazy: tuple[int, ...] = ()
     forms: dict = field(default_factory=dict)  # name -> params: `b.lt(x, y)` binds compare with op="lt"
     table: dict = field(default_factory=dict)  # form name -> its record, which the rules read (math's MathFn)
-    nonneg: Optional[Callable] = None
+    sign: Optional[Callable] = None       # (None: not stated, which tests/test_prim_facts.py refuses)
+    nonfinite: Optional[Callable] = None  # (likewise)
+    masked: Optional["Prim"] = None
+    implies: Optional[Callable] = None
     int_value: Optional[Callable] = None
     declare: Optional[Callable] = None
 
@@ -165,6 +183,60 @@ class Prim:
 
     def __repr__(self) -> str:
         return f"Prim({self.name})"
+
+
+# ---- the sign and nonfinite facts (see `sign` and `nonfinite` above) -----------------------------------------
+
+ANY, NONNEG, POSITIVE = 0, 1, 2
+"""What a `sign` rule knows of a value where it is finite: nothing, >= 0, > 0 (ordered: a larger one knows more)."""
+
+
+def literal_sign(value) -> int:
+    """The sign of a literal number (ANY for a bool, which is no number here)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0:
+        return ANY
+    return POSITIVE if value > 0 else NONNEG
+
+
+def unsigned(eqn, sign_of) -> int:
+    """The sign rule of a prim that knows nothing of its result's sign."""
+    return ANY
+
+
+def same_sign(eqn, sign_of) -> int:
+    """The sign rule of a prim whose result's elements are its first operand's (a view, a move, a copy)."""
+    return sign_of(eqn.ins[0])
+
+
+def product_sign(eqn, sign_of) -> int:
+    """x * y (x / y, x // y) of operands >= 0 is >= 0, and so is x * x; a product of positives may underflow to 0."""
+    if eqn.ins[0] is eqn.ins[1]:
+        return NONNEG
+    return min(NONNEG, *(sign_of(a) for a in eqn.ins))
+
+
+def finite(eqn, sign_of) -> bool:
+    """The nonfinite rule of a prim whose results are finite wherever its operands are (overflow aside)."""
+    return False
+
+
+def nowhere_finite(eqn, sign_of) -> bool:
+    """The nonfinite rule of a prim of which nothing is known (an external function): any result may be inf or nan."""
+    return True
+
+
+def from_bodies(eqn, sign_of) -> bool:
+    """The nonfinite rule of a prim with sub-functions: what they make (transforms/nonfinite.py walks them), so
+    unknown without them."""
+    return True
+
+
+def divides(eqn, sign_of) -> bool:
+    """The nonfinite rule of x / y, x // y, x mod y: inf or nan where y is 0, unless y is known > 0 or a nonzero
+    literal."""
+    y = eqn.ins[1]
+    nonzero = isinstance(y, Lit) and not isinstance(y.value, bool) and y.value != 0
+    return sign_of(y) < POSITIVE and not nonzero
 
 
 def lookup(name: str) -> tuple[Prim, dict]:

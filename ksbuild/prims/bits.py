@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import KsbuildError
-from .base import Prim
+from .base import Prim, finite, unsigned
 from .common import broadcast_types
 from .elementwise import batch_elementwise
 
@@ -53,6 +53,8 @@ def _emit(ctx, eqn):
 
 bitwise = Prim(
     name="bitwise",
+    sign=unsigned,
+    nonfinite=finite,
     type_rule=_rule,
     eval=_eval,
     jvp=None,  # (integer results: transforms/jvp.py binds it as it is)
@@ -83,8 +85,15 @@ def _bitcast_eval(x, dtype, env):
     return (np.array(x, copy=True, order="C").view(numpy_dtype(dtype)),)
 
 
+def _bits_nonfinite(eqn, sign_of) -> bool:
+    # a float made of an integer's bits may be any float: inf and nan too
+    return eqn.outs[0].type.is_float
+
+
 bitcast = Prim(
     name="bitcast",
+    sign=unsigned,
+    nonfinite=_bits_nonfinite,
     type_rule=_bitcast_rule,
     eval=_bitcast_eval,
     jvp=None,  # (a float result is made of integer bits, which carry no tangent: jvp binds it as it is)

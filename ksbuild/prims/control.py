@@ -21,7 +21,7 @@ from ..errors import KsbuildError
 from ..ir.builder import Builder, inline
 from ..ir.core import Eqn, Func, Lit, Var, freeze
 from ..ir.types import Type
-from .base import PRIMS, Prim
+from .base import PRIMS, Prim, from_bodies, unsigned
 from .common import add_cts, zeros
 
 
@@ -246,6 +246,8 @@ def _bind_literals(f: Func, args) -> Func:
 
 cond = Prim(
     name="cond",
+    sign=unsigned,
+    nonfinite=from_bodies,
     branches=True,
     sinks=True,
     strings=True,
@@ -616,6 +618,8 @@ def _loop_prune(eqn, used):
 
 loop = Prim(
     name="loop",
+    sign=unsigned,
+    nonfinite=from_bodies,
     strings=True,
     type_rule=_loop_rule,
     eval=_loop_eval,
@@ -853,6 +857,8 @@ def _call_prune(eqn, used):
 
 call = Prim(
     name="call",
+    sign=unsigned,
+    nonfinite=from_bodies,
     strings=True,
     type_rule=_call_rule,
     eval=lambda *args, fn, env, kept=False: tuple(_interp()(fn, list(args), env)),

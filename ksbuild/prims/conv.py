@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import KsbuildError
 from ..ir.dense import Dense
 from ..ir.types import Type, dim_add, dim_mul, numel
-from .base import Prim
+from .base import Prim, finite, unsigned
 from .window import window_count
 
 OUTS = "opq"   # output position letters, one per spatial axis
@@ -260,6 +260,8 @@ def _select(b, eqn, ins, backend, threads):
 
 conv = Prim(
     name="conv",
+    sign=unsigned,
+    nonfinite=finite,
     type_rule=_rule,
     eval=_eval,
     jvp=_jvp,

@@ -32,7 +32,7 @@ from ..errors import KsbuildError
 from ..ir.core import Eqn
 from ..ir.types import Type, element_bytes, numel
 from . import scratch as scratch_sizes
-from .base import Prim, first_rows
+from .base import Prim, finite, first_rows, unsigned
 from .conv import conv as _conv_prim
 from .conv_loops import emit_conv_loops
 from .lowering import (
@@ -437,6 +437,8 @@ def _winograd_kernel_rule(in_types):
 
 winograd_kernel = Prim(
     name="winograd_kernel",
+    sign=unsigned,
+    nonfinite=finite,
     type_rule=_winograd_kernel_rule,
     eval=lambda w, env: (winograd_transform(w),),
     jvp=None,  # (lowering only: OPT_OUTS)
@@ -450,6 +452,8 @@ winograd_kernel = Prim(
 
 convolve = Prim(
     name="convolve",
+    sign=unsigned,
+    nonfinite=finite,
     epilogue_impls=IMPLS,
     type_rule=_convolve_rule,
     eval=_convolve_eval,

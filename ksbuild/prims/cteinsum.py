@@ -8,7 +8,7 @@ cteinsum[spec, ct](a, b)   einsum[spec](a, b) where operand `ct` is a derivative
 """
 from __future__ import annotations
 
-from .base import Prim
+from .base import Prim, finite, unsigned
 from .common import add_cts
 from .elementwise import masked_both
 from .tensor import _einsum_rule, _einsum_transpose, batched_spec, einsum, parse_spec
@@ -59,6 +59,8 @@ def _cteinsum_type(in_types, spec, ct):
 
 cteinsum = Prim(
     name="cteinsum",
+    sign=unsigned,
+    nonfinite=finite,
     type_rule=_cteinsum_type,
     eval=lambda x, y, spec, ct, env: einsum.eval(x, y, spec=spec, env=env),
     jvp=_cteinsum_jvp,

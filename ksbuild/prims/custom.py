@@ -18,7 +18,7 @@ from __future__ import annotations
 from ..errors import KsbuildError
 from ..ir.builder import inline
 from ..ir.core import Func
-from .base import Prim
+from .base import Prim, from_bodies, unsigned
 from .common import bcast_to, zeros
 
 
@@ -98,6 +98,8 @@ def _custom_jvp_batch(b, ins, batched, size, fn, rule):
 
 custom_jvp = Prim(
     name="custom_jvp",
+    sign=unsigned,
+    nonfinite=from_bodies,
     type_rule=lambda in_types, fn, rule: _check_args(in_types, fn),
     eval=lambda *args, fn, rule, env: tuple(_interp()(fn, list(args), env)),
     jvp=_custom_jvp_jvp,
@@ -130,6 +132,8 @@ def _custom_vjp_batch(b, ins, batched, size, fn, fwd, bwd):
 
 custom_vjp = Prim(
     name="custom_vjp",
+    sign=unsigned,
+    nonfinite=from_bodies,
     type_rule=lambda in_types, fn, fwd, bwd: _check_args(in_types, fn),
     eval=lambda *args, fn, fwd, bwd, env: tuple(_interp()(fn, list(args), env)),
     jvp=_custom_vjp_jvp,
@@ -199,6 +203,8 @@ def _lin_expand(b, ins, bwd, n_res):
 
 custom_vjp_lin = Prim(
     name="custom_vjp_lin",
+    sign=unsigned,
+    nonfinite=from_bodies,
     type_rule=_lin_type,
     eval=_lin_eval,
     jvp=_lin_jvp,

@@ -19,6 +19,7 @@ from ..errors import KsbuildError
 from ..ir.core import Lit
 from ..ir.types import (
     C_TYPES,
+    FLOAT_DTYPES,
     INT_DTYPES,
     STORAGE_DTYPES,
     dim_add,
@@ -28,7 +29,18 @@ from ..ir.types import (
     dtype_of,
     numpy_dtype,
 )
-from .base import Prim
+from .base import (
+    ANY,
+    NONNEG,
+    POSITIVE,
+    Prim,
+    divides,
+    finite,
+    literal_sign,
+    product_sign,
+    same_sign,
+    unsigned,
+)
 from .common import add_cts, bcast_to, broadcast_types, move_batch_rank, unbroadcast, zeros
 
 
@@ -209,10 +221,6 @@ def _simp_neg(ins, out):
 
 # ---- bounds rules: the range [lo, hi) of an integer result from its operands' (interval arithmetic) --------
 
-def _all_nonneg(eqn, nonneg_of):
-    return all(nonneg_of(a) for a in eqn.ins)
-
-
 def _operand_ranges(eqn, range_of):
     rs = [range_of(a) for a in eqn.ins]
     return None if any(r is None for r in rs) else rs
@@ -305,14 +313,33 @@ def _one(b, x):
     return b.lit(1, x.type.scalar())
 
 
+# ---- sign rules (Prim.sign: what is known of a result's sign from its operands') ------------------------------
+
+def _add_sign(eqn, sign_of):
+    # x + y of operands >= 0 is >= 0, and > 0 when one is > 0
+    lo, hi = sorted(sign_of(a) for a in eqn.ins)
+    return ANY if lo == ANY else hi
+
+
+def _extreme_sign(pick):
+    """max (pick=max) or min (pick=min) of the operands' signs: max(x, y) >= 0 when either is, min when both are."""
+    return lambda eqn, sign_of: pick(sign_of(a) for a in eqn.ins)
+
+
+def _first_rounded(eqn, sign_of):
+    # floor(x), fmod(x, y): of x's sign where x >= 0, but a positive x may give 0
+    return min(NONNEG, sign_of(eqn.ins[0]))
+
+
 add = binary("add", np.add, "({0} + {1})", lambda b, x, y, z: (1, 1), "x + y", transpose=_t_add,
-             simplify=_simp_add, remat=True, whole="if_operands", bounds=_bounds_add, loop_remat="scalar")
+             simplify=_simp_add, remat=True, whole="if_operands", bounds=_bounds_add, loop_remat="scalar",
+             sign=_add_sign, nonfinite=finite)
 sub = binary("sub", np.subtract, "({0} - {1})", lambda b, x, y, z: (1, b.lit(-1, x.type.scalar())),
              "x - y", transpose=_t_sub, simplify=_simp_sub, remat=True, whole="if_operands",
-             bounds=_bounds_sub, loop_remat="scalar")
+             bounds=_bounds_sub, loop_remat="scalar", sign=unsigned, nonfinite=finite)
 mul = binary("mul", np.multiply, "({0} * {1})", lambda b, x, y, z: (y, x), "x * y", transpose=_t_mul,
-             simplify=_simp_mul, remat=True, whole="if_operands", bounds=_bounds_mul, nonneg=_all_nonneg,
-             loop_remat="scalar")
+             simplify=_simp_mul, remat=True, whole="if_operands", bounds=_bounds_mul, sign=product_sign,
+             loop_remat="scalar", nonfinite=finite)
 
 
 def _np_mulz(x, y):
@@ -422,20 +449,22 @@ def _simp_mulz(ins, out):
 # multiply the tangent (x) by their partial derivative (y) with it
 mulz = binary("mulz", _np_mulz, "ks::mulz({0}, {1})", None,
               "x * y, but 0 where x is 0 (0 * inf = 0 * nan = 0): a tangent times a factor that may be infinite",
-              numeric=False, transpose=_t_mulz, simplify=_simp_mulz, jvp=_mulz_jvp, costly=False, unmasked=mul)
+              numeric=False, transpose=_t_mulz, simplify=_simp_mulz, jvp=_mulz_jvp, costly=False, unmasked=mul,
+              sign=product_sign, nonfinite=finite)
 # x ⊙⊙ y: x * y, but 0 where x or y is 0, even against an inf or nan other: a cotangent times a tangent in a
 # second derivative (ctmul's and mulz's jvps), where either may be the zero and the other infinite
 mulzz = binary("mulzz", _np_mulzz, "ks::mulzz({0}, {1})", None,
                "x * y, but 0 where x or y is 0 (0 * inf = 0 * nan = 0): a cotangent times a tangent, either zero",
                numeric=False, transpose=_t_mulzz, simplify=_simp_mulz, jvp=_mulzz_jvp, costly=False,
-               unmasked=mul)
+               unmasked=mul, sign=product_sign, nonfinite=finite)
 # c * y where c is a cotangent: what mul's transpose makes. The value and the C++ of a mul (the expand pass makes it
 # one before codegen, so every pass after sees a mul), but its jvp masks (_ctmul_jvp): the second derivatives of a
 # zero cotangent stay 0 (docs/ad-correctness.md)
 ctmul = binary("ctmul", np.multiply, "({0} * {1})", None,
                "x * y for a cotangent x (mul's transpose): a mul whose derivative keeps a zero x, or a zero dy, zero",
                transpose=_t_ctmul, simplify=_simp_mul, jvp=_ctmul_jvp, remat=True, whole="if_operands",
-               expand=_ctmul_expand, emit=None, opt_outs=("emit: expanded into a mul first",))
+               expand=_ctmul_expand, emit=None, opt_outs=("emit: expanded into a mul first",),
+               sign=product_sign, nonfinite=finite, masked=mulz)
 _float_div = emit_format("({0} / {1})")
 
 
@@ -450,9 +479,11 @@ def _div_emit(ctx, eqn):
 # d(x/y) = dx / y - (x/y) dy / y
 div = binary("div", lambda x, y: np.divide(x, y) if x.dtype.kind == "f" else _trunc_div(x, y), "({0} / {1})",
              lambda b, x, y, z: (b.div(_one(b, x), y), b.neg(b.div(z, y))), "x / y", transpose=_t_div,
-             simplify=_simp_div, singular=True, emit=_div_emit, remat=True)  # singular at y = 0
+             simplify=_simp_div, singular=True, emit=_div_emit, remat=True,  # singular at y = 0
+             sign=product_sign, nonfinite=divides)
 neg = unary("neg", np.negative, "(-{0})", lambda b, x, y: b.lit(-1, x.type.scalar()), "-x", numeric=True,
-            simplify=_simp_neg, transpose=_t_neg, remat=True, whole="if_operands", loop_remat="scalar")
+            simplify=_simp_neg, transpose=_t_neg, remat=True, whole="if_operands", loop_remat="scalar",
+            sign=unsigned, nonfinite=finite)
 
 
 def _trunc_div(x, y):
@@ -473,9 +504,12 @@ def _abs_partial(b, x, y):
     return b.select(b.ne(x, x), b.lit(0, x.type.scalar()), s) if x.type.is_float else s
 
 
-abs_ = unary("abs", np.abs, "ks::abs({0})", _abs_partial, "|x|", numeric=True)  # sign x
-sign = unary("sign", np.sign, "ks::sign({0})", None, "sign of x (0 at 0)", numeric=True)
-floor = unary("floor", np.floor, "std::floor({0})", None, "round down", whole="always")
+abs_ = unary("abs", np.abs, "ks::abs({0})", _abs_partial, "|x|", numeric=True,  # sign x
+             sign=lambda eqn, sign_of: max(NONNEG, sign_of(eqn.ins[0])), nonfinite=finite)
+sign = unary("sign", np.sign, "ks::sign({0})", None, "sign of x (0 at 0)", numeric=True, sign=same_sign,
+             nonfinite=finite)
+floor = unary("floor", np.floor, "std::floor({0})", None, "round down", whole="always", sign=_first_rounded,
+              nonfinite=finite)
 
 
 def _ipow_rule(in_types, n):
@@ -494,6 +528,14 @@ def _ipow_jvp(b, primals, tangents, n):
     return [y], [scale(b, d, tx, n < 0)]  # singular at x = 0 for n < 0
 
 
+def _ipow_sign(eqn, sign_of):
+    # x ** n >= 0 for an even n (for floats 1 / x ** -n too: an integer's 1 / 0 wraps), of x's sign for an odd n > 0
+    n, is_float = eqn.params["n"], eqn.outs[0].type.is_float
+    if n < 0 and not is_float:
+        return ANY
+    return NONNEG if n % 2 == 0 else min(NONNEG, sign_of(eqn.ins[0])) if n > 0 else ANY
+
+
 ipow = Prim(
     name="ipow",
     remat=True,
@@ -504,6 +546,8 @@ ipow = Prim(
     emit=lambda ctx, eqn: ctx.assign(eqn.outs[0], f"ks::ipow<{eqn.params['n']}>({ctx.args(eqn)[0]})"),
     elementwise=True,
     doc="x ** n for a literal integer n (repeated multiplication)",
+    sign=_ipow_sign,
+    nonfinite=lambda eqn, sign_of: eqn.params["n"] < 0 and sign_of(eqn.ins[0]) < POSITIVE,  # 1 / 0
     # x ** 1 = x;  x ** 0 = 1
     simplify=lambda ins, out, n: ins[0] if n == 1 else Lit(1, out.type) if n == 0 else None,
 )
@@ -540,7 +584,9 @@ def _pow_jvp(b, primals, tangents):
 
 
 pow_ = binary("pow", np.power, "std::pow({0}, {1})", None, "x ** y", numeric=False, jvp=_pow_jvp,
-              singular=True)  # y x^(y-1) at x = 0, y < 1; nan for x < 0
+              singular=True,  # y x^(y-1) at x = 0, y < 1; nan for x < 0
+              sign=_first_rounded,  # (x ** y >= 0 for x >= 0; a positive x may underflow to 0)
+              nonfinite=lambda eqn, sign_of: sign_of(eqn.ins[0]) < POSITIVE)  # 0 ** -1, (-1) ** 0.5
 
 
 def _atan2_partials(b, x, y, z):
@@ -550,11 +596,13 @@ def _atan2_partials(b, x, y, z):
     return b.div(y, safe), b.neg(b.div(x, safe))
 
 
-atan2 = binary("atan2", np.arctan2, "std::atan2({0}, {1})", _atan2_partials, "atan2(y, x)", numeric=False)
+atan2 = binary("atan2", np.arctan2, "std::atan2({0}, {1})", _atan2_partials, "atan2(y, x)", numeric=False,
+               sign=unsigned, nonfinite=finite)  # (atan2(-0.0, -1) = -pi: a y >= 0 tells nothing)
 # d hypot(x, y) = (x dx + y dy) / hypot: x / inf is 0 for a finite x (NaN at the origin, as torch's)
 hypot = binary("hypot", np.hypot, "std::hypot({0}, {1})", lambda b, x, y, z: (b.div(x, z), b.div(y, z)),
                "sqrt(x² + y²) without overflow or underflow (C hypot: inf if either is, even against NaN)",
-               numeric=False, singular=True)
+               numeric=False, singular=True, nonfinite=finite,
+               sign=lambda eqn, sign_of: max(NONNEG, *(sign_of(a) for a in eqn.ins)))  # (>= |x| and |y|)
 
 
 def _max_partials(b, x, y, z):
@@ -589,21 +637,20 @@ def _emit_floordiv(ctx, eqn):
 
 
 maximum = binary("max", np.maximum, "ks::max({0}, {1})", _max_partials, "larger of x and y", whole="if_operands",
-                 nonneg=lambda eqn, nonneg_of: any(nonneg_of(a) for a in eqn.ins), int_value=_int_value_max,
-                 loop_remat="scalar")
+                 sign=_extreme_sign(max), int_value=_int_value_max, loop_remat="scalar", nonfinite=finite)
 minimum = binary("min", np.minimum, "ks::min({0}, {1})", _min_partials, "smaller of x and y",
-                 whole="if_operands", nonneg=_all_nonneg, loop_remat="scalar")
+                 whole="if_operands", sign=_extreme_sign(min), loop_remat="scalar", nonfinite=finite)
 # Python floor semantics: x // y = floor(x / y); x % y = x - floor(x / y) * y (x // 0 = x % 0 = 0 for integers)
 floordiv = binary("floordiv", lambda x, y: np.floor_divide(x, y), "ks::floordiv({0}, {1})", None,
-                  "floor(x / y)", bounds=_bounds_floordiv, simplify=_simp_floordiv, nonneg=_all_nonneg,
-                  emit=_emit_floordiv, loop_remat="scalar")
+                  "floor(x / y)", bounds=_bounds_floordiv, simplify=_simp_floordiv, sign=product_sign,
+                  emit=_emit_floordiv, loop_remat="scalar", nonfinite=divides)
 mod = binary("mod", np.mod, "ks::mod({0}, {1})",
              lambda b, x, y, z: (1, b.neg(b.floordiv(x, y))), "x - floor(x / y) * y", singular=True,  # y = 0
-             nonneg=lambda eqn, nonneg_of: nonneg_of(eqn.ins[1]))
+             sign=lambda eqn, sign_of: NONNEG if sign_of(eqn.ins[1]) >= NONNEG else ANY, nonfinite=divides)
 fmod = binary("fmod", np.fmod, "std::fmod({0}, {1})",
               lambda b, x, y, z: (1, b.neg(b.div(b.sub(x, z), y))),  # d/dy = -trunc(x / y)
               "x - trunc(x / y) * y, exactly (C fmod: the sign of x; floats only)", numeric=False,
-              singular=True)  # y = 0
+              singular=True, sign=_first_rounded, nonfinite=divides)  # y = 0
 
 
 # ---- comparisons and logic (no tangents: bool outputs) ----------------------------------
@@ -636,6 +683,25 @@ def _compare_emit(ctx, eqn):
         ctx.assign(eqn.outs[0], f"({x} {COMPARISONS[op][1]} {y})")
 
 
+_FLIP = {"lt": "gt", "gt": "lt", "le": "ge", "ge": "le"}  # c op x is x flipped-op c
+_NOT = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt"}  # not (x op c), where x is not nan (a sign is of finite x)
+
+
+def _compare_implies(eqn, holds: bool) -> tuple:
+    """What x op c (or c op x) for a literal c >= 0 shows of x's sign where it is `holds`: x > c, x >= c where it
+    holds, x < c, x <= c where it does not (a nan x compares false either way: a sign is of finite values)."""
+    x, c = eqn.ins
+    op = eqn.params["op"]
+    if isinstance(x, Lit):
+        x, c, op = c, x, _FLIP.get(op, op)
+    if not holds:
+        op = _NOT.get(op, "")
+    s = literal_sign(c.value) if isinstance(c, Lit) and not isinstance(x, Lit) else ANY
+    if s == ANY or op not in ("gt", "ge"):
+        return ()
+    return ((x, POSITIVE if op == "gt" or s == POSITIVE else NONNEG),)
+
+
 def _logic_rule(in_types, op):
     if op not in LOGIC:
         raise KsbuildError(f"unknown logical operation '{op}'; valid: {', '.join(LOGIC)}")
@@ -665,6 +731,9 @@ compare = Prim(
     doc="compare x op y, op one of lt <, le <=, gt >, ge >=, eq ==, ne != (eq and ne also on strings)",
     opt_outs=("jvp: bool output has no tangent", "transpose: not linear"),
     forms={op: {"op": op} for op in COMPARISONS},
+    implies=_compare_implies,
+    sign=unsigned,
+    nonfinite=finite,
 )
 logic = Prim(
     name="logic",
@@ -677,6 +746,8 @@ logic = Prim(
     doc="logical and (x && y), or (x || y), not (!x) of bools",
     opt_outs=("jvp: bool output has no tangent", "transpose: not linear"),
     forms={op: {"op": op} for op in LOGIC},
+    sign=unsigned,
+    nonfinite=finite,
 )
 
 
@@ -747,6 +818,8 @@ select = Prim(
     doc="p ? x : y elementwise (branch-free)",
     lazy=(1, 2),
     simplify=lambda ins, out: _simp_select(ins, out),
+    sign=lambda eqn, sign_of: min(sign_of(eqn.ins[1]), sign_of(eqn.ins[2])),
+    nonfinite=finite,
 )
 
 
@@ -783,7 +856,25 @@ convert = Prim(
     doc="cast to another dtype (float→int truncates toward zero)",
     # convert(x, its own dtype) = x (x.clone() is one, a value of its own for the frontend's alias check)
     simplify=lambda ins, out, dtype: ins[0] if ins[0].type == out.type else None,
+    sign=lambda eqn, sign_of: _convert_sign(eqn.ins[0].type.dtype, eqn.params["dtype"], sign_of(eqn.ins[0])),
+    nonfinite=finite,  # (a narrower float's overflow aside)
 )
+
+
+def _convert_sign(src: str, dst: str, s: int) -> int:
+    """The sign of x of sign s converted from dtype src to dst: kept into a type that holds every value of src (a
+    wider one of its kind, a float from an integer); a narrower float may round a positive x to 0; anything else
+    (a narrower integer, a float made an integer: they wrap) is unknown."""
+    if src == "bool":
+        return NONNEG
+    if src == dst or src in INT_DTYPES and (dst in FLOAT_DTYPES or dst in INT_DTYPES and _BITS[dst] > _BITS[src]):
+        return s
+    if src in FLOAT_DTYPES and dst in FLOAT_DTYPES:
+        return s if dst == "f64" else min(NONNEG, s)
+    return ANY
+
+
+_BITS = {"i8": 8, "u8": 8, "i16": 16, "u16": 16, "i32": 32, "u32": 32, "i64": 64, "u64": 64}
 
 
 NARROW_INTS = {"i4": (4, "true"), "u4": (4, "false"), "i2": (2, "true"), "u2": (2, "false")}

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import KsbuildError
 from ..ir.types import C_TYPES, Type, numpy_dtype
-from .base import Prim
+from .base import Prim, nowhere_finite, unsigned
 from .common import broadcast_types
 from .elementwise import batch_elementwise
 
@@ -82,6 +82,8 @@ def _declare(eqn) -> tuple[str, tuple[str, ...]]:
 
 extern_call = Prim(
     name="extern_call",
+    sign=unsigned,
+    nonfinite=nowhere_finite,
     type_rule=_type,
     eval=_eval,
     jvp=_no_jvp,

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import KsbuildError
 from ..ir.types import Type
-from .base import Prim
+from .base import Prim, finite, same_sign, unsigned
 from .common import splat, zeros
 from .tensor import _per_lane
 
@@ -74,6 +74,8 @@ def _gather_emit(ctx, eqn) -> None:
 
 gather = Prim(
     name="gather",
+    sign=same_sign,
+    nonfinite=finite,
     strings=True,
     takes=(1,),
     type_rule=_gather_rule,
@@ -153,6 +155,8 @@ def _scatter_emit(ctx, eqn) -> None:
 
 scatter_add = Prim(
     name="scatter_add",
+    sign=unsigned,
+    nonfinite=finite,
     inplace=lambda eqn: 0,
     takes=(1,),
     type_rule=_scatter_rule,

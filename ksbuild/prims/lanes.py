@@ -23,7 +23,7 @@ from ..errors import KsbuildError
 from ..ir.builder import Builder, inline
 from ..ir.core import Eqn, Func, Lit, Var, freeze
 from ..ir.types import Type, dim_mul
-from .base import Prim
+from .base import Prim, finite, from_bodies, unsigned
 from .common import bcast_to, move_batch_rank, zeros
 from .control import (
     _bind_literals,
@@ -176,6 +176,8 @@ def _lane_prune(eqn, used):
 
 lane_cond = Prim(
     name="lane_cond",
+    sign=unsigned,
+    nonfinite=from_bodies,
     branches=True,
     strings=True,
     type_rule=_lane_rule,
@@ -218,8 +220,14 @@ def _owned_batch(b, ins, batched, size, then):
     return [b.lane_owned(pred, x, then=then)], [True]
 
 
+def _owned_sign(eqn, sign_of) -> int:
+    return sign_of(eqn.ins[1])  # (x itself)
+
+
 lane_owned = Prim(
     name="lane_owned",
+    sign=_owned_sign,
+    nonfinite=finite,
     type_rule=_owned_rule,
     eval=lambda pred, x, then, env: (x,),
     jvp=_owned_jvp,
@@ -248,6 +256,8 @@ def _select_expand(b, ins, then_fn, else_fn):
 
 cond_select = Prim(
     name="cond_select",
+    sign=unsigned,
+    nonfinite=from_bodies,
     branches=True,
     sinks=True,
     strings=True,

@@ -37,7 +37,7 @@ from ..errors import KsbuildError
 from ..ir.core import Eqn, Func, Var
 from ..ir.types import Type, dim_add, dtype_of, element_bytes, numpy_dtype
 from . import scratch as scratch_sizes
-from .base import Prim
+from .base import Prim, finite, from_bodies, unsigned
 from .tensor import einsum as _einsum_prim
 from .tensor import parse_spec
 
@@ -76,6 +76,8 @@ def _fusion_parallel(eqn: Eqn) -> bool:
 
 fusion = Prim(
     name="fusion",
+    sign=unsigned,
+    nonfinite=from_bodies,
     strings=True,
     type_rule=_fusion_rule,
     eval=_fusion_eval,
@@ -586,6 +588,8 @@ def _emit_packed_gemm(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> bool:
 
 contract = Prim(
     name="contract",
+    sign=unsigned,
+    nonfinite=finite,
     epilogue_impls=("tiles", "panels", "gemm", "dense"),
     inplace=lambda eqn: 0 if eqn.params["acc"] else None,  # (acc: adds the product into its first operand)
     type_rule=_contract_rule,
@@ -646,6 +650,8 @@ def _join_rows(eqn: Eqn, n):
 
 join = Prim(
     name="join",  # (no `strings`: the join pass makes it of pads added, and add takes no strings)
+    sign=unsigned,
+    nonfinite=finite,
     type_rule=_join_rule,
     eval=lambda *xs, axis, env=None: (np.concatenate(xs, axis=axis),),
     jvp=None,  # (lowering only: OPT_OUTS)

@@ -1,6 +1,7 @@
 """The float math functions of one operand (exp, log, tanh, erf, ...): one prim, `math`, whose param `fn` names
 the function, and one `MathFn` record per function holding all that differs between them: the value, the C++
-expression, the derivative, the doc and the facts of the function alone (`singular`, an opt-out).
+expression, the derivative, the doc and the facts of the function alone (`singular`, its sign, where it is finite,
+an opt-out).
 
 They shared every rule but those (a float type rule, a derivative times the tangent, elementwise batching, a
 C++ expression of the operand) and every fact of the prim record (elementwise, costly: a call worth computing
@@ -23,7 +24,7 @@ import numpy as np
 
 from ..errors import KsbuildError
 from ..ir.types import dtype_of, numpy_dtype
-from .base import Prim, opted_out
+from .base import ANY, NONNEG, POSITIVE, Prim, opted_out
 from .common import broadcast_types
 from .elementwise import _one, batch_elementwise, scale
 
@@ -36,7 +37,10 @@ class MathFn:
     deriv(b, x, y): dy/dx, written with the result y where that is cheaper (None: not differentiable, `opt_outs`
     saying why); singular: dy/dx may be inf or nan at a finite x (exp past overflow, log at 0), so the tangent
     multiplies it with mulz (a zero tangent stays 0: prims/elementwise.py `scale`); opt_outs: "jvp: why", as
-    Prim.opt_outs, for this function alone."""
+    Prim.opt_outs, for this function alone. Two facts every function states (None: not stated, which
+    tests/test_prim_facts.py refuses), read by math's Prim.sign and Prim.nonfinite: sign(s), the sign of y for a
+    finite x of sign s (prims/base.py ANY, NONNEG, POSITIVE), and finite_on, the least sign of a finite x from
+    which y is finite (ANY: everywhere, overflow aside; NOWHERE: not known for any sign)."""
 
     numpy: Callable
     cpp: str
@@ -44,6 +48,31 @@ class MathFn:
     doc: str
     singular: bool = False
     opt_outs: tuple[str, ...] = ()
+    sign: Optional[Callable] = None
+    finite_on: Optional[int] = None
+
+
+NOWHERE = POSITIVE + 1  # (a finite_on beyond every sign)
+
+
+def _rounded(s: int) -> int:
+    """The sign rule of a function >= 0 where x is (f(0) = 0, increasing: tanh, atan, erf, expm1, log1p), which may
+    round a tiny positive x to 0."""
+    return min(NONNEG, s)
+
+
+def _nonneg(s: int) -> int:
+    """The sign rule of a function >= 0 everywhere that may underflow to 0 (exp, logistic, erfc)."""
+    return NONNEG
+
+
+def _root(s: int) -> int:
+    """sqrt: >= 0 (where finite), > 0 where x is."""
+    return max(NONNEG, s)
+
+
+def _unknown(s: int) -> int:
+    return ANY
 
 
 def _np_digamma(x):
@@ -84,33 +113,37 @@ def _d_erf(sign: float):
 
 
 # singular: exp and expm1 overflow (x > 709 in f64), log at 0, log1p at -1, sqrt at 0 (nan below 0), lgamma at its
-# poles 0, -1, ...
+# poles 0, -1, ...; finite_on: log and lgamma need x > 0, log1p and sqrt x >= 0, digamma's -1/x overflows near 0
 FUNCTIONS = {
-    "exp": MathFn(np.exp, "ks::exp({0})", lambda b, x, y: y, "e^x", singular=True),  # d e^x = e^x
-    "log": MathFn(np.log, "ks::log({0})", lambda b, x, y: b.div(_one(b, x), x), "natural log",
-                  singular=True),  # 1/x
+    "exp": MathFn(np.exp, "ks::exp({0})", lambda b, x, y: y, "e^x", singular=True,  # d e^x = e^x
+                  sign=_nonneg, finite_on=ANY),
+    "log": MathFn(np.log, "ks::log({0})", lambda b, x, y: b.div(_one(b, x), x), "natural log",  # 1/x
+                  singular=True, sign=_unknown, finite_on=POSITIVE),
     "log1p": MathFn(np.log1p, "std::log1p({0})", lambda b, x, y: b.div(_one(b, x), b.add(_one(b, x), x)),
-                    "log(1 + x)", singular=True),  # 1/(1+x)
-    "expm1": MathFn(np.expm1, "std::expm1({0})", lambda b, x, y: b.add(y, _one(b, x)), "e^x - 1",
-                    singular=True),  # e^x
+                    "log(1 + x)", singular=True, sign=_rounded, finite_on=NONNEG),  # 1/(1+x)
+    "expm1": MathFn(np.expm1, "std::expm1({0})", lambda b, x, y: b.add(y, _one(b, x)), "e^x - 1",  # e^x
+                    singular=True, sign=_rounded, finite_on=ANY),
     "sqrt": MathFn(np.sqrt, "std::sqrt({0})", lambda b, x, y: b.div(b.lit(0.5, x.type.scalar()), y),
-                   "square root", singular=True),  # 1/(2 sqrt x)
+                   "square root", singular=True, sign=_root, finite_on=NONNEG),  # 1/(2 sqrt x)
     "tanh": MathFn(np.tanh, "ks::tanh({0})", lambda b, x, y: b.sub(_one(b, x), b.mul(y, y)),
-                   "hyperbolic tangent"),  # 1 - tanh²
-    "sin": MathFn(np.sin, "std::sin({0})", lambda b, x, y: b.cos(x), "sine"),  # cos x
-    "cos": MathFn(np.cos, "std::cos({0})", lambda b, x, y: b.neg(b.sin(x)), "cosine"),  # -sin x
+                   "hyperbolic tangent", sign=_rounded, finite_on=ANY),  # 1 - tanh²
+    "sin": MathFn(np.sin, "std::sin({0})", lambda b, x, y: b.cos(x), "sine", sign=_unknown, finite_on=ANY),  # cos x
+    "cos": MathFn(np.cos, "std::cos({0})", lambda b, x, y: b.neg(b.sin(x)), "cosine",  # -sin x
+                  sign=_unknown, finite_on=ANY),
     "logistic": MathFn(lambda x: 1 / (1 + np.exp(-x)), "ks::logistic({0})",
-                       lambda b, x, y: b.mul(y, b.sub(_one(b, x), y)), "1 / (1 + e^-x)"),  # y (1 - y)
+                       lambda b, x, y: b.mul(y, b.sub(_one(b, x), y)), "1 / (1 + e^-x)",  # y (1 - y)
+                       sign=_nonneg, finite_on=ANY),
     "atan": MathFn(np.arctan, "std::atan({0})", lambda b, x, y: b.div(_one(b, x), b.add(_one(b, x), b.mul(x, x))),
-                   "arctangent"),  # 1/(1+x²)
-    "erf": MathFn(_elementwise(pymath.erf), "ks::erf({0})", _d_erf(1.0), "error function 2/√π ∫₀ˣ e^-t² dt"),
+                   "arctangent", sign=_rounded, finite_on=ANY),  # 1/(1+x²)
+    "erf": MathFn(_elementwise(pymath.erf), "ks::erf({0})", _d_erf(1.0), "error function 2/√π ∫₀ˣ e^-t² dt",
+                  sign=_rounded, finite_on=ANY),
     "erfc": MathFn(_elementwise(pymath.erfc), "ks::erfc({0})", _d_erf(-1.0),
-                   "complementary error function 1 - erf x, precise where it is tiny"),
+                   "complementary error function 1 - erf x, precise where it is tiny", sign=_nonneg, finite_on=ANY),
     "lgamma": MathFn(_elementwise(_lgamma1), "std::lgamma({0})", lambda b, x, y: b.digamma(x), "log |Γ(x)|",
-                     singular=True),  # d lgamma = digamma (poles at 0, -1, ...)
+                     singular=True, sign=_unknown, finite_on=POSITIVE),  # d lgamma = digamma (poles at 0, -1, ...)
     "digamma": MathFn(lambda x: _np_digamma(x).astype(x.dtype), "ks::digamma({0})", None, "ψ(x) = d/dx log Γ(x)",
                       opt_outs=("jvp: its derivative (trigamma) is not supported: lgamma can be differentiated once, "
-                                "not twice",)),
+                                "not twice",), sign=_unknown, finite_on=NOWHERE),
 }
 
 
@@ -155,4 +188,6 @@ math = Prim(
     doc="a float function of one operand, fn one of " + ", ".join(FUNCTIONS) + " (each form's doc: its MathFn)",
     forms={fn: {"fn": fn} for fn in FUNCTIONS},
     table=FUNCTIONS,
+    sign=lambda eqn, sign_of: math.table[eqn.params["fn"]].sign(sign_of(eqn.ins[0])),
+    nonfinite=lambda eqn, sign_of: sign_of(eqn.ins[0]) < math.table[eqn.params["fn"]].finite_on,
 )

@@ -19,7 +19,7 @@ from ..errors import KsbuildError
 from ..ir.core import Eqn
 from ..ir.types import Type, dim_add, dim_mul, element_bytes
 from . import scratch as scratch_sizes
-from .base import Prim, first_rows
+from .base import Prim, finite, first_rows, unsigned
 from .tensor import reduce_max
 from .window import window_count
 
@@ -119,6 +119,8 @@ def _scratch(eqn: Eqn, tiles) -> int | None:
 
 max_pool = Prim(
     name="max_pool",
+    sign=unsigned,
+    nonfinite=finite,
     type_rule=_rule,
     eval=_eval,
     jvp=_jvp,

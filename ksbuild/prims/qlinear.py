@@ -50,7 +50,7 @@ from ..errors import KsbuildError
 from ..ir.core import Eqn
 from ..ir.types import Type, dim_mul, numel
 from . import scratch as scratch_sizes
-from .base import Prim
+from .base import Prim, finite, unsigned
 from .conv import conv as _conv_prim
 from .convolve import _dense, _dense_target, conv_shape
 
@@ -291,6 +291,8 @@ def _pack_weights(layout: str):
 
 qconv = Prim(
     name="qconv",
+    sign=unsigned,
+    nonfinite=finite,
     type_rule=_qconv_rule,
     eval=_qconv_eval,
     jvp=None,  # (8-bit results: transforms/jvp.py binds it as it is)
@@ -359,6 +361,8 @@ def _emit_qmatmul(ctx, eqn: Eqn) -> None:
 
 qmatmul = Prim(
     name="qmatmul",
+    sign=unsigned,
+    nonfinite=finite,
     type_rule=_qmatmul_rule,
     eval=_qmatmul_eval,
     jvp=None,  # (integer results: transforms/jvp.py binds it as it is; out f32 only after the transformations)
@@ -421,6 +425,8 @@ def unsigned_zero(dtype: str) -> int:
 
 qpack = Prim(
     name="qpack",
+    sign=unsigned,
+    nonfinite=finite,
     type_rule=_qpack_rule,
     eval=lambda w, layout, groups, env, width=COLS, sums=True, align=ALIGN: (pack(w, layout, groups, width, sums,
                                                                                    align),),
@@ -462,6 +468,8 @@ def _emit_qlookup(ctx, eqn: Eqn) -> None:
 
 qlookup = Prim(
     name="qlookup",
+    sign=unsigned,
+    nonfinite=finite,
     type_rule=_qlookup_rule,
     eval=lambda table, x, env: (table[np.asarray(x).astype(np.uint8)],),
     jvp=None,  # (8-bit results: transforms/jvp.py binds it as it is)
@@ -512,6 +520,8 @@ def _emit_qsoftmax(ctx, eqn: Eqn) -> None:
 
 qsoftmax = Prim(
     name="qsoftmax",
+    sign=unsigned,
+    nonfinite=finite,
     type_rule=_qsoftmax_rule,
     eval=qsoftmax_reference,
     jvp=None,  # (8-bit results: transforms/jvp.py binds it as it is)

@@ -5,7 +5,7 @@ import numpy as np
 
 from ..errors import KsbuildError
 from ..ir.types import Type, concrete_shape
-from .base import Prim, broadcast_along, broadcast_rows, first_along, first_rows
+from .base import NONNEG, Prim, broadcast_along, broadcast_rows, finite, first_along, first_rows, same_sign
 from .common import move_batch_rank, splat, unbroadcast
 
 
@@ -26,6 +26,8 @@ def _broadcast_batch(b, ins, batched, size, shape):
 
 broadcast_to = Prim(
     name="broadcast_to",
+    sign=same_sign,
+    nonfinite=finite,
     strings=True,
     view=True,
     type_rule=_broadcast_rule,
@@ -59,6 +61,8 @@ def _reshape_along(eqn, axis: int, n):
 
 reshape = Prim(
     name="reshape",
+    sign=same_sign,
+    nonfinite=finite,
     strings=True,
     view=True,
     loop_remat="any",
@@ -95,8 +99,15 @@ def _reduce_sum_transpose(b, cts, ins, linear, axes):
     return [b.broadcast_to(b.reshape(ct, shape=kept), shape=x.type.shape)]
 
 
+def _sum_sign(eqn, sign_of) -> int:
+    # a sum of values >= 0 is >= 0; of positives too (an empty axis sums to 0)
+    return min(NONNEG, sign_of(eqn.ins[0]))
+
+
 reduce_sum = Prim(
     name="reduce_sum",
+    sign=_sum_sign,
+    nonfinite=finite,
     type_rule=_reduce_rule,
     eval=lambda x, axes, env: (np.asarray(np.sum(x, axis=tuple(axes), dtype=x.dtype)),),
     jvp=lambda b, p, t, axes: ([b.reduce_sum(p[0], axes=axes)],
@@ -129,6 +140,8 @@ def _inverse(perm):
 
 transpose = Prim(
     name="transpose",
+    sign=same_sign,
+    nonfinite=finite,
     strings=True,
     view=True,
     type_rule=_transpose_rule,

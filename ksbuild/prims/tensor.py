@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import KsbuildError
 from ..ir.core import Lit
 from ..ir.types import Type, concrete_shape, dim_add, dim_mul, dim_sub, dim_value, numpy_dtype
-from .base import PRIMS, Prim, first_along, first_rows
+from .base import NONNEG, PRIMS, Prim, finite, first_along, first_rows, same_sign, unsigned
 from .common import splat, zeros
 
 
@@ -74,6 +74,8 @@ def _index_batch(b, ins, batched, size, axis):
 
 index = Prim(
     name="index",
+    sign=same_sign,
+    nonfinite=finite,
     strings=True,
     takes=(),
     view=True,
@@ -180,6 +182,8 @@ def _index_add_emit(ctx, eqn) -> None:
 
 index_add = Prim(
     name="index_add",
+    sign=unsigned,
+    nonfinite=finite,
     inplace=lambda eqn: 0,
     takes=(),
     type_rule=_index_add_rule,
@@ -232,6 +236,8 @@ def _index_set_emit(ctx, eqn) -> None:
 
 index_set = Prim(
     name="index_set",
+    sign=unsigned,
+    nonfinite=finite,
     strings=True,
     inplace=lambda eqn: 0,
     takes=(),
@@ -270,6 +276,8 @@ def _slice_transpose(b, cts, ins, linear, axis, start, stop):
 
 slice_ = Prim(
     name="slice",
+    sign=same_sign,
+    nonfinite=finite,
     strings=True,
     view=True,
     loop_remat="any",
@@ -329,6 +337,8 @@ def _pad_emit(ctx, eqn) -> None:
 
 pad = Prim(
     name="pad",
+    sign=unsigned,
+    nonfinite=finite,
     strings=True,
     type_rule=_pad_rule,
     eval=_pad_eval,
@@ -387,6 +397,8 @@ def _extremum(name: str, fn, kind: str) -> Prim:
 
     prim = Prim(
         name=name,
+        sign=same_sign,  # (of a nonempty axis: an empty one's -inf or inf is not finite)
+        nonfinite=finite,  # (an empty axis aside, as overflow)
         type_rule=rule,
         eval=lambda x, axes, env, ties="share": (
             np.asarray(fn(x, axis=tuple(axes))) if x.size else
@@ -462,6 +474,8 @@ def _arg_extremum(name: str, fn, kind: str) -> Prim:
 
     prim = Prim(
         name=name,
+        sign=lambda eqn, sign_of: NONNEG,  # (a position)
+        nonfinite=finite,
         type_rule=rule,
         eval=evaluate,
         jvp=None,  # (an integer result: transforms/jvp.py binds it as it is)
@@ -481,6 +495,8 @@ reduce_argmin = _arg_extremum("reduce_argmin", np.argmin, "min")
 
 stop_gradient = Prim(
     name="stop_gradient",
+    sign=same_sign,
+    nonfinite=finite,
     strings=True,
     type_rule=lambda in_types: (in_types[0],),
     eval=lambda x, env: (x,),
@@ -663,6 +679,8 @@ def _einsum_along(eqn, axis: int, n):
 
 einsum = Prim(
     name="einsum",
+    sign=unsigned,
+    nonfinite=finite,
     type_rule=_einsum_rule,
     eval=lambda x, y, spec, env: (np.asarray(np.einsum(spec, x, y)).astype(x.dtype, copy=False),),
     jvp=_einsum_jvp,
@@ -692,6 +710,8 @@ def _iota_eval(shape, axis, dtype, env):
 
 iota = Prim(
     name="iota",
+    sign=unsigned,
+    nonfinite=finite,
     type_rule=_iota_rule,
     eval=_iota_eval,
     jvp=None,  # (no operands: jvp and vmap bind it as it is)
@@ -704,8 +724,14 @@ iota = Prim(
 )
 
 
+def _size_sign(eqn, sign_of) -> int:
+    return NONNEG  # (a size is >= 0: the shape checks return err_shape otherwise)
+
+
 dim_size = Prim(
     name="dim_size",
+    sign=_size_sign,
+    nonfinite=finite,
     loop_remat="any",
     bounds=lambda eqn, range_of: (eqn.params["dim"], dim_add(eqn.params["dim"], 1)),  # [n, n + 1)
     type_rule=lambda in_types, dim: (Type("i64"),),

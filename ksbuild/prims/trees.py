@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import KsbuildError
 from ..ir.types import Type
-from .base import Prim
+from .base import Prim, finite, unsigned
 
 FEATURE_BITS = 24
 """Features below 2^24 fit in a head beside the mode (3 bits) and the NaN flag."""
@@ -91,6 +91,8 @@ def _emit(ctx, eqn) -> None:
 
 tree_walk = Prim(
     name="tree_walk",
+    sign=unsigned,
+    nonfinite=finite,
     type_rule=_rule,
     eval=_eval,
     jvp=None,  # (integer results: transforms/jvp.py binds it as it is)

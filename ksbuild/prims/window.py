@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import KsbuildError
 from ..ir.types import Dim, Type, dim_add, dim_floordiv, dim_sub, dim_value
-from .base import Prim, first_rows
+from .base import Prim, finite, first_rows, unsigned
 
 
 def window_count(n: Dim, size: int, stride: int, dilation: int) -> Dim:
@@ -58,6 +58,8 @@ def _window_emit(ctx, eqn) -> None:
 
 window = Prim(
     name="window",
+    sign=unsigned,
+    nonfinite=finite,
     strings=True,
     view=True,
     type_rule=_window_rule,
@@ -126,6 +128,8 @@ def _fold_loop_order(shape, axis: int, stride: int) -> list[int]:
 
 fold = Prim(
     name="fold",  # (no strings: it sums the windows' overlapping elements)
+    sign=unsigned,
+    nonfinite=finite,
     type_rule=_fold_rule,
     eval=_fold_eval,
     # linear: d fold(y) = fold(dy); ȳ = window(x̄)

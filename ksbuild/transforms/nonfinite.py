@@ -10,22 +10,20 @@ Why: a value computed on the way that the result does not read (sqrt of a negati
 side of a select that is discarded, x ** -2 at 0) is nan or inf; its zero (co)tangent then met a rule's plain
 product (tanh's 1 - t², mul's other operand) and 0 * nan = nan spread into the derivative, where torch, which
 never differentiates what the result does not read, gives a number (fuzz/known.py had it as
-"nonfinite-intermediate"). The fact "may be nonfinite" is a forward analysis: the results of a function outside
-its domain somewhere (log, sqrt, x / y, pow, a negative integer power, mod, lgamma, an external or custom function)
-and everything computed from one. Products of values that are finite wherever the params are stay plain ctmuls
-(no cost). Overflow (exp of a large x, x * y past the largest float) is not counted. Inside an if's branches or a
-loop's body the fact is per body: every float param may be nonfinite when an operand of the equation may be, or
-when the body itself makes one (a loop's carries).
+"nonfinite-intermediate"). The fact "may be nonfinite" is a forward analysis: the results of an equation whose
+record says it may give inf or nan from finite operands of the signs known (Prim.nonfinite: log of a value not known
+> 0, x / y, an external function, a constant holding inf), and everything computed from one; the signs are the
+records' too (Prim.sign: exp(x) >= 0, x * x >= 0, a sum of those). Products of values that are finite wherever the
+params are stay plain ctmuls (no cost). Overflow (exp of a large x, x * y past the largest float), a reduction's
+-inf over an empty axis and an inf written as a literal are not counted. Inside an if's branches or a loop's body
+the fact is per body: every float param may be nonfinite when an operand of the equation may be, or when the body
+itself makes one (a loop's carries).
 """
 from __future__ import annotations
 
 from ..ir.core import Eqn, Func, Lit, Var, freeze
-from ..prims.base import PRIMS
+from ..prims.base import ANY, literal_sign
 from .rewrite import walk_funcs
-
-_DOMAIN_FNS = frozenset({"log", "log1p", "sqrt", "lgamma", "digamma"})  # math forms nonfinite at a finite x
-_DOMAIN_PRIMS = frozenset({"div", "pow", "mod", "fmod", "extern_call", "custom_jvp", "custom_vjp",
-                           "custom_vjp_lin"})
 
 
 def mask_nonfinite(f: Func) -> Func:
@@ -45,73 +43,22 @@ def _shared_bodies(f: Func) -> set[int]:
     return {k for k, n in seen.items() if n > 1}
 
 
-def makes_nonfinite(eqn: Eqn, sign=lambda a: 0) -> bool:
-    """Whether eqn may give an inf or nan float result from finite operands (overflow aside); sign(atom): 2 when
-    the atom is > 0 wherever it is finite, 1 when >= 0, 0 when unknown (an operand known in the domain)."""
-    name = eqn.prim.name
-    if name == "math":
-        fn = eqn.params["fn"]
-        need = {"sqrt": 1, "log1p": 1, "log": 2, "lgamma": 2}.get(fn, 3)
-        return fn in _DOMAIN_FNS and sign(eqn.ins[0]) < need
-    if name == "ipow":
-        return eqn.params["n"] < 0 and sign(eqn.ins[0]) < 2
-    if name in ("div", "pow"):  # (x / y for y > 0, and x ** y for x > 0, are finite but for overflow)
-        return sign(eqn.ins[1 if name == "div" else 0]) < 2 and not _nonzero_lit(eqn.ins[1] if name == "div" else None)
-    return name in _DOMAIN_PRIMS
-
-
-def _nonzero_lit(a) -> bool:
-    return isinstance(a, Lit) and not isinstance(a.value, bool) and a.value != 0
-
-
 def lit_sign(a: Lit) -> int:
-    """2 for a literal > 0, 1 for 0, 0 for one below 0 (or not a number)."""
-    v = a.value
-    return 0 if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 else 2 if v > 0 else 1
-
-
-def sign_of(e: Eqn, sign) -> int:
-    """The sign fact of e's first result (see makes_nonfinite), from its operands' sign(atom)."""
-    name, ins = e.prim.name, e.ins
-    if name in _SAME_SIGN:
-        return sign(ins[0])
-    if name == "math":
-        return {"exp": 1, "logistic": 1, "sqrt": 1}.get(e.params["fn"], 0)
-    if name == "add":
-        lo, hi = sorted(sign(a) for a in ins)
-        return 0 if lo == 0 else hi
-    if name == "mul" and ins[0] is ins[1] or name == "ipow" and e.params["n"] % 2 == 0 or name == "abs":
-        return 1
-    if name in ("mul", "reduce_sum", "select"):  # (a product of positives may underflow to 0)
-        return min(1, *(sign(a) for a in ins[1 if name == "select" else 0:]))
-    return max(sign(a) for a in ins) if name == "max" else 0
+    """The sign of a literal (prims/base.py ANY, NONNEG, POSITIVE)."""
+    return literal_sign(a.value)
 
 
 def _branch_signs(e: Eqn, branch: str, signs: dict) -> tuple[int, ...]:
-    """The sign facts of the params of e's body `branch`: an operand's own, or what the if's condition (x > c,
-    x >= c, x < c or x <= c for a literal c >= 0) shows of it in that branch."""
+    """The sign facts of the params of e's body `branch`: an operand's own, or what the if's condition shows of it in
+    that branch (its prim's `implies`: x > c for a literal c >= 0 shows x > 0 in the then branch)."""
     ops = e.ins[1:] if e.prim.sinks else e.ins
-    out = [lit_sign(a) if isinstance(a, Lit) else signs.get(a, 0) for a in ops]
+    out = [lit_sign(a) if isinstance(a, Lit) else signs.get(a, ANY) for a in ops]
     test = signs.get(("eqn", e.ins[0])) if e.prim.sinks and isinstance(e.ins[0], Var) else None
-    if test is None or test.prim.name != "compare" or branch not in ("then_fn", "else_fn"):
+    if test is None or test.prim.implies is None or branch not in ("then_fn", "else_fn"):
         return tuple(out)
-    x, c = test.ins
-    op = test.params["op"]
-    if isinstance(x, Lit):
-        x, c, op = c, x, _FLIP.get(op, op)
-    if branch == "else_fn":
-        op = _NOT.get(op, "")
-    if isinstance(c, Lit) and lit_sign(c) and op in ("gt", "ge"):
-        fact = 2 if op == "gt" or lit_sign(c) == 2 else 1
+    for x, fact in test.prim.implies(test, branch == "then_fn"):
         out = [max(s, fact) if a is x else s for a, s in zip(ops, out)]
     return tuple(out)
-
-
-_FLIP = {"lt": "gt", "gt": "lt", "le": "ge", "ge": "le"}  # c op x is x flipped-op c
-_NOT = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt"}  # not (x op c), where x is not nan (see makes_nonfinite)
-
-
-_SAME_SIGN = frozenset({"broadcast_to", "reshape", "transpose", "index", "slice", "convert"})
 
 
 class _Masker:
@@ -124,7 +71,7 @@ class _Masker:
 
     def body(self, f: Func, dirty, signs=()) -> tuple[Func, tuple[bool, ...]]:
         """(f rewritten, which results of f may be nonfinite); dirty: which params may be (True: every one);
-        signs: the params' sign facts (see makes_nonfinite; () for none)."""
+        signs: the params' sign facts (prims/base.py ANY, NONNEG, POSITIVE; () for none)."""
         if id(f) in self.shared:
             dirty, signs = True, ()
         dirty = (dirty,) * len(f.params) if isinstance(dirty, bool) else tuple(dirty)
@@ -145,7 +92,7 @@ class _Masker:
     def _eqn(self, e: Eqn, maybe: set, signs: dict) -> Eqn:
         """e rewritten (a masked product, or its bodies rewritten); adds its maybe nonfinite results to maybe."""
         def sign(a):
-            return lit_sign(a) if isinstance(a, Lit) else signs.get(a, 0)
+            return lit_sign(a) if isinstance(a, Lit) else signs.get(a, ANY)
 
         signs[("eqn",) + e.outs[:1]] = e
         subs = [k for k, v in e.params.items() if isinstance(v, Func)]
@@ -153,12 +100,12 @@ class _Masker:
             e, made = self._host(e, subs, [isinstance(a, Var) and a in maybe for a in e.ins], signs)
             maybe.update(v for v, m in zip(e.outs, made) if m and v.type.is_float)
             return e
-        if e.prim.name == "ctmul" and isinstance(e.ins[1], Var) and e.ins[1] in maybe:
-            e = Eqn(PRIMS["mulz"], e.ins, e.outs, e.params, e.loc)
-        if any(isinstance(a, Var) and a in maybe for a in e.ins) or makes_nonfinite(e, sign):
+        if e.prim.masked is not None and isinstance(e.ins[1], Var) and e.ins[1] in maybe:
+            e = Eqn(e.prim.masked, e.ins, e.outs, e.params, e.loc)
+        if any(isinstance(a, Var) and a in maybe for a in e.ins) or e.prim.nonfinite(e, sign):
             maybe.update(v for v in e.outs if v.type.is_float)
-        if len(e.outs) == 1 and e.outs[0].type.is_float and e.ins:
-            signs[e.outs[0]] = sign_of(e, sign)
+        if len(e.outs) == 1 and e.outs[0].type.is_float:
+            signs[e.outs[0]] = e.prim.sign(e, sign)
         return e
 
     def _host(self, e: Eqn, subs: list, reads: list, signs: dict) -> tuple[Eqn, list]:
