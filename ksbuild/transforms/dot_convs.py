@@ -60,7 +60,9 @@ def dot_convs(f: Func, size: bool = False) -> Func:
     if convs:
         return rewrite(g, lambda b, eqn, ins: _product_rule(b, eqn, ins, impl))
     recurrent = any(e.prim.name == "loop" for h in walk_funcs(g) for e in h.eqns)
-    return rewrite(g, _rows_rule if size and not recurrent else _row_rule)
+    if size and not recurrent:
+        return rewrite(g, _rows_rule)
+    return rewrite(g, lambda b, eqn, ins: _row_rule(b, eqn, ins, size))
 
 
 def _rows_rule(b, eqn, ins):
@@ -70,7 +72,7 @@ def _rows_rule(b, eqn, ins):
     on a Cortex-M4 against 0.9 KB of nests; a recurrent loop's projection of every step is step_projections')."""
     y = eqn.outs[0].type if eqn.outs else None
     if not _float_tiles(eqn) or (y.rank == 2 and y.shape[0] == 1):
-        return _row_rule(b, eqn, ins)
+        return _row_rule(b, eqn, ins, True)
     return bind_like(b, eqn, eqn.prim, ins, dict(eqn.params, impl="loops"))
 
 
@@ -98,13 +100,22 @@ def _types(eqn) -> tuple:
     return eqn.ins[0].type, eqn.ins[1].type, eqn.outs[0].type
 
 
-def _row_rule(b, eqn, ins):
+def _row_rule(b, eqn, ins, size: bool):
     """A float product of one row (impl "tiles", not accumulating) as a loop nest (impl "loops"), or, when it is
-    x · wᵀ with w [n, k] as stored and n >= 4 columns, a call of ks::tiles::dense_row (impl "dense")."""
+    x · wᵀ with w [n, k] as stored and n >= 4 columns, a call of ks::tiles::dense_row (impl "dense", dense_params)."""
     y = eqn.outs[0].type if eqn.outs else None
     if not _float_tiles(eqn) or y.rank != 2 or y.shape[0] != 1:
         return None
-    return bind_like(b, eqn, eqn.prim, ins, dict(eqn.params, impl="dense" if _dense(eqn) else "loops"))
+    if not _dense(eqn):
+        return bind_like(b, eqn, eqn.prim, ins, dict(eqn.params, impl="loops"))
+    return bind_like(b, eqn, eqn.prim, ins, dense_params(eqn.params, eqn.ins[1].type.shape, size))
+
+
+def dense_params(params: dict, w_shape: tuple, size: bool) -> dict:
+    """A product's params as impl "dense" (ks::tiles::dense_row) with a weight of shape w_shape (dense_applies): at
+    optimize = "size" with n even, `block` 2 (ks::tiles::dense_row<T, 2>: 2 columns at a time, 60 B less of a
+    Cortex-M4's flash at -Os than 4 with the last block overlapping; the benchmark's MLP at emx-onnx-cgen's flash)."""
+    return dict(params, impl="dense", block=2) if size and w_shape[0] % 2 == 0 else dict(params, impl="dense")
 
 
 def _dense(eqn) -> bool:
