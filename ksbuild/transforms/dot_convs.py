@@ -13,10 +13,12 @@ of its own (ks::packed_gemm's dot products were 1.2 KB at -O3). Without convolut
 MLP's layers, a recurrent cell's step, a classifier) is not a call of ks::tiles::panel_dots: the dot kernels, the
 epilogue lambdas and the by-value arguments of each call cost an MLP 2 KB of flash and a 384 B frame (issue 36).
 When it is x · wᵀ with w [n, k] as stored (an ONNX Gemm's or a Linear's weight) and n >= 4 it is a call of
-ks::tiles::dense_row (impl "dense": 4 columns at a time, blocked in registers, then v + bias[j] and the bounds of an
-affine epilogue, by value: one function for all such layers of a package, 356 B of the benchmark's MLP at -O3
+ks::tiles::dense_row (impl "dense": 4 columns at a time, blocked in registers, then v + bias[j] and a ReLU's clamp
+at 0, by value; other bounds after the call: one function for all such layers of a package, 356 B of the MLP at -O3
 where the loop nests of each layer were 732 B); any other is a loop nest in the generated code (impl "loops": the
-same 4 columns at a time). Products of more rows keep the dot kernels.
+same 4 columns at a time). Products of more rows keep the dot kernels. At optimize = "size" a dense layer of n even
+takes 2 columns at a time (dense_params: `block` 2); in either build a ReLU is dense_row's flag, not two float bounds
+each call loads: the benchmark's MLP at emx-onnx-cgen's flash in both builds (it was 144 B above at size, 80 at speed).
 
 At optimize = "size" (Options.size) a network of at most LOOP_GEOMETRIES distinct float convolutions, all of literal
 sizes, has them as impl "loops" instead, and its a · bᵀ products as one-tap ones: a loop nest each in the generated
