@@ -20,8 +20,9 @@ import firmware  # noqa: E402
 
 
 def _odd_convs():
-    """1-d convolutions of every geometry the nests handle: groups (not depthwise), a stride, a dilation, padding
-    at one end only, a tanh epilogue (not a bias and bounds: a lambda the nest calls), a pointwise one."""
+    """1-d convolutions of every geometry the nests handle: groups (not depthwise), a stride, a dilation, a tanh
+    epilogue (not a bias and bounds: a lambda the nest calls), a pointwise one, and a Pad at one end before the last
+    (a pad of its own, not the convolution's: _one_sided has those)."""
     import torch
     from torch import nn
 
@@ -40,19 +41,41 @@ def _odd_convs():
     return Net(), (1, 4, 11)
 
 
+def _one_sided(path):
+    """An ONNX graph (torch pads both ends alike) of convolutions padded at one end only, each a nest's unsigned
+    compare on one side: 1-d with pads [0, 2] (end) then [1, 0] (begin), a ReLU between; written to path."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(3)
+
+    def weights(name, *shape):
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32) * 0.3, name)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[0, 2], kernel_shape=[3]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["y"], pads=[1, 0], kernel_shape=[2], strides=[2])]
+    graph = helper.make_graph(nodes, "one_sided", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 9])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 5])],
+                              [weights("w1", 4, 3, 3), weights("b1", 4), weights("w2", 2, 4, 2), weights("b2", 2)])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return (1, 3, 9)
+
+
 # The kernel layer's dot kernels none of these programs links (their nests are in the generated code).
 DOT_KERNELS = ("conv_dots<", "gathered_dots<", "gather_window<", "panel_dots<", "dot_rows<", "dot4<", "block_epilogue<")
 
 
-@pytest.mark.parametrize("name", ["kws", "transformer", "odd_convs"])
+@pytest.mark.parametrize("name", ["kws", "transformer", "odd_convs", "one_sided"])
 def test_size_builds_of_few_layers_are_loop_nests_and_agree_with_onnxruntime(tmp_path, name):
     if firmware.missing_tools():
         pytest.skip(f"not on PATH: {', '.join(firmware.missing_tools())} (scripts/install.sh installs them, as root)")
     ort = pytest.importorskip("onnxruntime")
     pytest.importorskip("torch")
     from networks import export, models
-    module, shape = _odd_convs() if name == "odd_convs" else models()[name]
-    export(module, shape, tmp_path / f"{name}.onnx")
+    if name == "one_sided":
+        shape = _one_sided(tmp_path / f"{name}.onnx")
+    else:
+        module, shape = _odd_convs() if name == "odd_convs" else models()[name]
+        export(module, shape, tmp_path / f"{name}.onnx")
     x = firmware.input_for(shape)
     session = ort.InferenceSession(str(tmp_path / f"{name}.onnx"), providers=["CPUExecutionProvider"])
     want = session.run(None, {"x": x})[0].ravel()
