@@ -91,3 +91,80 @@ def test_size_builds_of_few_layers_are_loop_nests_and_agree_with_onnxruntime(tmp
 # newlib's memset pushes 12 B, which the build's stack figure counts as 0 (compile/footprint.py: calls into the C
 # library); a product's nest that adds into its result zeroes it first, a loop GCC makes a call of memset.
 MEMSET_FRAME = 12
+
+
+def _one_conv(path, activation: str):
+    """An ONNX graph of one 1-d convolution (padded) of a symbolic batch N, then `activation` (Relu: the nest's
+    helper with the batch as its parameter; Tanh: the nest in place, its epilogue a lambda); written to path."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(4)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3)).astype(np.float32) * 0.3, "w")
+    b = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32) * 0.3, "b")
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1], kernel_shape=[3]),
+             helper.make_node(activation, ["c"], ["y"])]
+    graph = helper.make_graph(nodes, "one_conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 9])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 9])], [w, b])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path, (2, 3, 9)
+
+
+@pytest.mark.parametrize("name", ["cnn", "Relu", "Tanh"])
+def test_a_size_build_of_a_symbolic_batch_is_loop_nests_and_agrees_with_onnxruntime(tmp_path, name):
+    """examples/onnx_cnn's cnn.onnx, whose batch is symbolic, at size: its convolutions and classifier are loop nests
+    too (their sizes but the batch literal: dot_convs.py; per_row runs them image by image), none of ks::conv_dots's
+    code linked; and one convolution alone, whose nest loops over the batch as a run-time bound. Two images on QEMU
+    against onnxruntime's."""
+    if firmware.missing_tools():
+        pytest.skip(f"not on PATH: {', '.join(firmware.missing_tools())} (scripts/install.sh installs them, as root)")
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    onnx_file, shape = (ROOT / "examples/onnx_cnn/cnn.onnx", (2, 3, 16, 16)) if name == "cnn" else \
+        _one_conv(tmp_path / "one_conv.onnx", name)
+    x = firmware.input_for(shape)
+    session = ort.InferenceSession(str(onnx_file), providers=["CPUExecutionProvider"])
+    want = session.run(None, {session.get_inputs()[0].name: x})[0].ravel()
+    tree = firmware.ksbuild_package("net", onnx_file, tmp_path / "ks", "size")
+    call = ("#include <m4bench.h>\n#define WORKSPACE_NEEDED() m4bench_net_workspace_size(2)\n"
+            "static unsigned char workspace[65536] __attribute__((aligned(16)));\n"
+            "#define RUN(x, y) m4bench_net(2, (x), (y), workspace)\n")
+    run = firmware._program(tmp_path / "app", call, (x.size, want.size), ["-I", str(tree / "include")],
+                            [str(tree / "lib/libm4bench.a")])
+    assert run.workspace <= 65536
+    np.testing.assert_allclose(run.outputs, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    names = subprocess.run(["arm-none-eabi-nm", "-C", str(run.elf)], capture_output=True, text=True,
+                           check=True).stdout
+    assert not [k for k in DOT_KERNELS if k in names], [line for line in names.splitlines() if "ks_kernels" in line]
+
+
+def _many_convs():
+    """More distinct convolutions (kernel sizes 1 to 13, a ReLU between) than transforms/dot_convs.py makes loop
+    nests of (LOOP_GEOMETRIES 12): ks::conv_dots at size, its literal geometries in 8 bits a size."""
+    import torch
+    from torch import nn
+    torch.manual_seed(1)
+    layers = []
+    for k in range(1, 14):
+        layers += [nn.Conv1d(2, 2, k, padding=k // 2), nn.ReLU()]
+    return nn.Sequential(*layers[:-1]), (1, 2, 24)
+
+
+def test_a_size_build_of_many_distinct_convolutions_is_conv_dots_and_agrees_with_onnxruntime(tmp_path):
+    """_many_convs at size on QEMU: ks::conv_dots and its 8-bit geometry's overload (conv_dots<float, unsigned
+    char>), no nest; the outputs onnxruntime's."""
+    if firmware.missing_tools():
+        pytest.skip(f"not on PATH: {', '.join(firmware.missing_tools())} (scripts/install.sh installs them, as root)")
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("torch")
+    from networks import export
+    module, shape = _many_convs()
+    export(module, shape, tmp_path / "many.onnx")
+    x = firmware.input_for(shape)
+    session = ort.InferenceSession(str(tmp_path / "many.onnx"), providers=["CPUExecutionProvider"])
+    want = session.run(None, {"x": x})[0].ravel()
+    tree = firmware.ksbuild_package("many", tmp_path / "many.onnx", tmp_path / "ks", "size")
+    run = firmware.ksbuild_app(tree, "many", (x.size, want.size), tmp_path / "app")
+    np.testing.assert_allclose(run.outputs, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    names = subprocess.run(["arm-none-eabi-nm", "-C", str(run.elf)], capture_output=True, text=True,
+                           check=True).stdout
+    assert "conv_dots<float, unsigned char>" in names and "conv_loops" not in names, names

@@ -21,8 +21,9 @@ takes 2 columns at a time (dense_params: `block` 2); in either build a ReLU is d
 each call loads: the benchmark's MLP at emx-onnx-cgen's flash in both builds (it was 144 B above at size, 80 at speed).
 
 At optimize = "size" (Options.size) a network of at most LOOP_GEOMETRIES distinct float convolutions, all of literal
-sizes, has them as impl "loops" instead, and its a · bᵀ products as one-tap ones: a loop nest each in the generated
-code (prims/conv_loops.py; the layers of the same sizes sharing one helper function), none of ks::conv_dots's code.
+sizes but the batch (a symbolic batch is the nest's run-time bound), has them as impl "loops" instead, and its a · bᵀ
+products as one-tap ones: a loop nest each in the generated code (prims/conv_loops.py; the layers of the same sizes
+sharing one helper function), none of ks::conv_dots's code.
 A network without convolutions or recurrent loops computes its products of several rows as loop nests too (impl
 "loops" of contract). On the Cortex-M4 benchmark's networks (benchmarks/README.md, Cortex-M4): the CNN 8072 -> 7032 B
 of flash, the keyword spotter 92712 -> 91520, the MobileNet-like net 57696 -> 57336, the transformer layer 37200 ->
@@ -49,8 +50,8 @@ ONE_TAP = dict(strides=(1,), pads=(0, 0), dilations=(1,), groups=1)
 def dot_convs(f: Func, size: bool = False) -> Func:
     """f with its float tiles and depthwise convolutions as impl "dots", and then its a · bᵀ products as well (or,
     without convolutions, its products of one row as loop nests); with `size` (optimize = "size") and at most
-    LOOP_GEOMETRIES distinct such convolutions, all of literal sizes, those as impl "loops" (and its a · bᵀ products
-    as one-tap ones)."""
+    LOOP_GEOMETRIES distinct such convolutions, all of literal sizes but the batch, those as impl "loops" (and its
+    a · bᵀ products as one-tap ones)."""
     convs = [e for h in walk_funcs(f) for e in h.eqns if _dots_conv(e)]
     loops = size and len({_geometry(e) for e in convs}) <= LOOP_GEOMETRIES and \
         all(literal_sizes(*_types(e)) for e in convs)
