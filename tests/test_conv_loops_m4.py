@@ -154,16 +154,9 @@ def test_a_size_build_of_many_distinct_convolutions_is_conv_dots_and_agrees_with
     char>), no nest; the outputs onnxruntime's."""
     if firmware.missing_tools():
         pytest.skip(f"not on PATH: {', '.join(firmware.missing_tools())} (scripts/install.sh installs them, as root)")
-    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxruntime")
     pytest.importorskip("torch")
-    from networks import export
-    module, shape = _many_convs()
-    export(module, shape, tmp_path / "many.onnx")
-    x = firmware.input_for(shape)
-    session = ort.InferenceSession(str(tmp_path / "many.onnx"), providers=["CPUExecutionProvider"])
-    want = session.run(None, {"x": x})[0].ravel()
-    tree = firmware.ksbuild_package("many", tmp_path / "many.onnx", tmp_path / "ks", "size")
-    run = firmware.ksbuild_app(tree, "many", (x.size, want.size), tmp_path / "app")
+    run, want = firmware.ksbuild_run("many", _many_convs(), tmp_path, "size")
     np.testing.assert_allclose(run.outputs, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
     names = subprocess.run(["arm-none-eabi-nm", "-C", str(run.elf)], capture_output=True, text=True,
                            check=True).stdout

@@ -73,16 +73,9 @@ def test_dense_rows_of_odd_and_even_columns_agree_with_onnxruntime_on_a_cortex_m
     The outputs are onnxruntime's."""
     if firmware.missing_tools():
         pytest.skip(f"not on PATH: {', '.join(firmware.missing_tools())} (scripts/install.sh installs them, as root)")
-    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxruntime")
     pytest.importorskip("torch")
-    from networks import export
-    module, shape = _dense_chain()
-    export(module, shape, tmp_path / "chain.onnx")
-    x = firmware.input_for(shape)
-    session = ort.InferenceSession(str(tmp_path / "chain.onnx"), providers=["CPUExecutionProvider"])
-    want = session.run(None, {"x": x})[0].ravel()
-    tree = firmware.ksbuild_package("chain", tmp_path / "chain.onnx", tmp_path / "ks", optimize)
-    run = firmware.ksbuild_app(tree, "chain", (x.size, want.size), tmp_path / "app")
+    run, want = firmware.ksbuild_run("chain", _dense_chain(), tmp_path, optimize)
     np.testing.assert_allclose(run.outputs, want, rtol=1e-5, atol=1e-6)
     names = [name for name, _ in firmware.largest_symbols(run.elf, 10 ** 6)]
     kernels = sorted(k for k in ("dense_row<float, 2>", "dense_row<float, 4>") if any(k in name for name in names))
