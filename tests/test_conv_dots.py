@@ -150,3 +150,25 @@ def test_without_vectors_or_convolutions_a_product_of_one_row_is_a_dense_row_cal
             want = ("dense" if n >= 4 else "loops") if rows == 1 and not vectors else "tiles"
             assert impl == want, (rows, n, vectors, impl)
             np.testing.assert_allclose(eval_func(g, args)[0], args[0] @ args[1].T, rtol=1e-5, atol=1e-5)
+
+
+def test_at_size_a_dense_row_of_even_columns_takes_them_two_at_a_time():
+    """At optimize = "size" dot_convs gives a product of one row x · wᵀ with n even `block` 2 (ks::tiles::dense_row<T,
+    2>, which has no overlapping last block: n must be even), one with n odd none (4 columns, the last block
+    overlapping); at speed none. The values are the interpreter's."""
+    from ksbuild.ir.builder import Builder
+    from ksbuild.ir.core import Var
+    from ksbuild.ir.types import Type
+    rng = np.random.default_rng(6)
+    for n in (10, 7):
+        b = Builder()
+        x = Var(Type("f32", (1, 30)), "x")
+        w = Var(Type("f32", (n, 30)), "w")
+        f = b.func("dense", [x, w], [b.einsum(x, w, spec="ij,kj->ik")])
+        args = [rng.standard_normal(v.type.shape).astype(np.float32) for v in f.params]
+        for size in (False, True):
+            g = lower(f, Options(backend="plain", vectors=False, size=size), after="dot_convs")
+            verify(g)
+            (params,) = [e.params for e in g.eqns if e.prim.name == "contract"]
+            assert params["impl"] == "dense" and params.get("block", 4) == (2 if size and n % 2 == 0 else 4), (n, size)
+            np.testing.assert_allclose(eval_func(g, args)[0], args[0] @ args[1].T, rtol=1e-5, atol=1e-5)

@@ -76,6 +76,21 @@ def ksbuild_package(name: str, onnx_file: Path, work: Path, optimize: str) -> Pa
     return package(work / "manifest.toml", work / "dist", target="cortex-m4", progress=lambda s: None)
 
 
+def ksbuild_run(name: str, module_shape, work: Path, optimize: str) -> tuple[Run, np.ndarray]:
+    """A torch module and its input shape exported to ONNX (networks.export), packaged for cortex-m4 at `optimize`
+    and run once in the program: its Run and onnxruntime's output for the same input (the tests' oracle)."""
+    import onnxruntime as ort
+    from networks import export
+    module, shape = module_shape
+    work.mkdir(parents=True, exist_ok=True)
+    export(module, shape, work / f"{name}.onnx")
+    x = input_for(shape)
+    session = ort.InferenceSession(str(work / f"{name}.onnx"), providers=["CPUExecutionProvider"])
+    want = session.run(None, {"x": x})[0].ravel()
+    tree = ksbuild_package(name, work / f"{name}.onnx", work / "ks", optimize)
+    return ksbuild_app(tree, name, (x.size, want.size), work / "app"), want
+
+
 def ksbuild_stack(tree: Path, name: str) -> int:
     """The stack the build measured for export `name` (P.json's stack_bytes)."""
     return json.loads((tree / "share/m4bench/m4bench.json").read_text())["exports"][name]["stack_bytes"]

@@ -21,8 +21,9 @@ from .lowering import apply_in_place
 
 
 def literal_sizes(x, w, y) -> bool:
-    """Whether a convolution's operand types x, w and result y have literal sizes only (a loop nest's bounds)."""
-    return all(isinstance(d, int) for d in (*x.shape, *w.shape, *y.shape))
+    """Whether a convolution's operand types x, w and result y have literal sizes (a loop nest's bounds), the batch
+    apart: a symbolic batch (examples/onnx_cnn's N) is the image loop's bound, passed to the nest's helper."""
+    return all(isinstance(d, int) for d in (*x.shape[1:], *w.shape, *y.shape[1:]))
 
 
 def emit_conv_loops(ctx, eqn: Eqn, sx, sw, dst) -> None:
@@ -34,16 +35,20 @@ def emit_conv_loops(ctx, eqn: Eqn, sx, sw, dst) -> None:
         c, bias, bits, lo, hi = parts or (ctx.ctype(eqn.outs[0].type), "nullptr", 0, "0", "0")
         store = _affine_store(bias != "nullptr", bits, lo, hi)
         lines = _nest(eqn, c, ("x", "w"), _numbered(), store)
-        head = f"static void {{name}}(const {c}* x, const {c}* w, {c}* y, const {c}* bias) {{"
+        images = eqn.ins[0].type.shape[0]
+        batch = ("", "") if isinstance(images, int) else (", int32_t images", f", int32_t({ctx.dim(images)})")
+        head = f"static void {{name}}(const {c}* x, const {c}* w, {c}* y, const {c}* bias{batch[0]}) {{"
         unused = [] if bias != "nullptr" else ["    (void)bias;"]
         name = ctx.helpers.text("conv_loops", [head, *unused, *("    " + line for line in lines), "}"])
-        ctx.line(f"detail::{name}({sx.base}, {sw.base}, {dst.base}, {bias});")
+        ctx.line(f"detail::{name}({sx.base}, {sw.base}, {dst.base}, {bias}{batch[1]});")
         return
     epi = _epilogue(ctx, eqn) if eqn.params.get("epilogue") is not None else None
 
     def store(n, m, position, acc):
         return [f"{dst.base}[{{at}}] = {f'{epi}({n}, {m}, {position}, {acc})' if epi else acc};"]
-    for line in _nest(eqn, ctx.ctype(eqn.outs[0].type), (sx.base, sw.base), ctx.namer.fresh, store):
+    images = eqn.ins[0].type.shape[0]
+    bound = images if isinstance(images, int) else f"int32_t({ctx.dim(images)})"
+    for line in _nest(eqn, ctx.ctype(eqn.outs[0].type), (sx.base, sw.base), ctx.namer.fresh, store, bound):
         ctx.line(line)
     if eqn.params.get("epilogue") is not None and epi is None:
         apply_in_place(ctx, eqn, dst)
@@ -59,13 +64,15 @@ def _affine_store(bias: bool, bits: int, lo: str, hi: str):
     return store
 
 
-def _nest(eqn: Eqn, c: str, bases: tuple, fresh, store) -> list[str]:
+def _nest(eqn: Eqn, c: str, bases: tuple, fresh, store, images="images") -> list[str]:
     """The lines of the loop nest (indented by level), x and w read at `bases`; fresh(hint) names its variables;
-    store(image, channel, flat position, accumulator) the lines storing an element ({at}: its flat index)."""
+    store(image, channel, flat position, accumulator) the lines storing an element ({at}: its flat index); `images`
+    the image loop's bound when the batch is symbolic (a helper's parameter `images`, or the dim's C++)."""
     x, w = eqn.ins[:2]
     (y,) = eqn.outs
     p = eqn.params
-    images, channels, ins = x.type.shape[0], x.type.shape[1], x.type.shape[2:]
+    images = x.type.shape[0] if isinstance(x.type.shape[0], int) else images
+    channels, ins = x.type.shape[1], x.type.shape[2:]
     m_all, cg, taps = w.type.shape[0], w.type.shape[1], w.type.shape[2:]
     outs, k = y.type.shape[2:], len(ins)
     lines: list[str] = []

@@ -176,7 +176,7 @@ def apply_epilogue(value, extra, epilogue: Func | None, env):
     return eval_func(epilogue, [value, *extra], env)[0]
 
 
-def _contract_rule(in_types, spec, impl, acc, threads: int = 0, cols=None, epilogue=None):
+def _contract_rule(in_types, spec, impl, acc, threads: int = 0, cols=None, block: int = 4, epilogue=None):
     if impl not in ("loops", "dense", "gemm", "tiles", "panels"):
         raise KsbuildError(f"internal: unknown contraction implementation '{impl}'")
     n_extra = len(epilogue.params) - 1 if epilogue is not None else 0
@@ -190,7 +190,7 @@ def _contract_rule(in_types, spec, impl, acc, threads: int = 0, cols=None, epilo
     return (epilogue_type(out, extra, epilogue),)
 
 
-def _contract_eval(*args, spec, impl, acc, env, threads: int = 0, cols=None, epilogue=None):
+def _contract_eval(*args, spec, impl, acc, env, threads: int = 0, cols=None, block: int = 4, epilogue=None):
     n_extra = len(epilogue.params) - 1 if epilogue is not None else 0
     main, extra = args[:len(args) - n_extra], args[len(args) - n_extra:]
     x, y = main[-2:]
@@ -530,7 +530,7 @@ def _column_affine(ctx, eqn: Eqn, out_letters: str, m: str, n: str) -> str | Non
 def _dense_operands(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> bool:
     """Whether a contract of impl "dense" (one row x [1, k] times a weight w [n, k], n >= DOT_BLOCK: dot_convs.py)
     has the operands ks::tiles::dense_row reads: x and each row of w contiguous, w's rows k apart, the result's row
-    contiguous, not accumulated into (else its loop nest computes it)."""
+    contiguous, not accumulated into, k literal and at least 1 (else its loop nest computes it)."""
     axes = gemm_axes(eqn.params["spec"])
     if into or dst is None or axes is None or axes[0] or sa.literal is not None or sb.literal is not None:
         return False
@@ -538,7 +538,8 @@ def _dense_operands(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> bool:
     a, b, o = parse_spec(eqn.params["spec"])
     x, y = operands(eqn)
     sizes = dict(zip(a, x.type.shape)) | dict(zip(b, y.type.shape))
-    if len(a) != 2 or len(b) != 2 or sizes[m] != 1 or not isinstance(sizes[n], int) or sizes[n] < DOT_BLOCK:
+    if len(a) != 2 or len(b) != 2 or sizes[m] != 1 or not isinstance(sizes[n], int) or sizes[n] < DOT_BLOCK or \
+            not isinstance(sizes[k], int) or sizes[k] < 1:
         return False
     return sa.strides[a.index(k)] == "1" and sb.strides[b.index(k)] == "1" and \
         sb.strides[b.index(n)] == ctx.dim(sizes[k]) and dst.strides[o.index(n)] == "1"
@@ -546,7 +547,8 @@ def _dense_operands(ctx, eqn: Eqn, sa, sb, dst, into: bool) -> bool:
 
 def _emit_dense(ctx, eqn: Eqn, sa, sb, dst) -> bool:
     """One ks::tiles::dense_row call (prelude/ks/gemm.h) for a contract of impl "dense" with _dense_operands, the
-    epilogue applied by it when it is v + bias[column] then clamps (epilogues.affine_parts); whether it was."""
+    epilogue applied by it when it is v + bias[column], then perhaps a clamp below at 0 (a ReLU: its `relu` flag)
+    and no other bound (epilogues.affine_parts); whether it was."""
     a, b, o = parse_spec(eqn.params["spec"])
     _, m, n, k = gemm_axes(eqn.params["spec"])
     x, y = operands(eqn)
@@ -555,12 +557,12 @@ def _emit_dense(ctx, eqn: Eqn, sa, sb, dst) -> bool:
     parts = None
     if eqn.params.get("epilogue") is not None and eqn.outs[0].type.dtype == "f32":
         parts = epilogues.affine_parts(ctx, eqn, _column_views(o, m, n))
-    bias, bits, lo, hi = parts[1:] if parts else ("nullptr", 0, "0", "0")
-    t = eqn.outs[0].type
-    lo = lo if bits & 1 else ctx.literal(-math.inf, t)
-    hi = hi if bits & 2 else ctx.literal(math.inf, t)
+    if parts and not (parts[2] == 0 or (parts[2] == 1 and parts[3] == ctx.literal(0.0, eqn.outs[0].type))):
+        parts = None  # (another bound: the epilogue's own loop after the call)
+    bias, bits = parts[1:3] if parts else ("nullptr", 0)
+    c = c if eqn.params.get("block", 4) == 4 else f"{c}, {eqn.params['block']}"  # (dot_convs.dense_params)
     ctx.line(f"ks::tiles::dense_row<{c}>({sa.base}, {sb.base}, {dst.base}, {ctx.dim(sizes[n])}, "
-             f"{ctx.dim(sizes[k])}, {bias}, {lo}, {hi});")
+             f"{ctx.dim(sizes[k])}, {bias}, {'true' if bits else 'false'});")
     return parts is not None
 
 

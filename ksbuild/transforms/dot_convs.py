@@ -13,14 +13,17 @@ of its own (ks::packed_gemm's dot products were 1.2 KB at -O3). Without convolut
 MLP's layers, a recurrent cell's step, a classifier) is not a call of ks::tiles::panel_dots: the dot kernels, the
 epilogue lambdas and the by-value arguments of each call cost an MLP 2 KB of flash and a 384 B frame (issue 36).
 When it is x · wᵀ with w [n, k] as stored (an ONNX Gemm's or a Linear's weight) and n >= 4 it is a call of
-ks::tiles::dense_row (impl "dense": 4 columns at a time, blocked in registers, then v + bias[j] and the bounds of an
-affine epilogue, by value: one function for all such layers of a package, 356 B of the benchmark's MLP at -O3
+ks::tiles::dense_row (impl "dense": 4 columns at a time, blocked in registers, then v + bias[j] and a ReLU's clamp
+at 0, by value; other bounds after the call: one function for all such layers of a package, 356 B of the MLP at -O3
 where the loop nests of each layer were 732 B); any other is a loop nest in the generated code (impl "loops": the
-same 4 columns at a time). Products of more rows keep the dot kernels.
+same 4 columns at a time). Products of more rows keep the dot kernels. At optimize = "size" a dense layer of n even
+takes 2 columns at a time (dense_params: `block` 2); in either build a ReLU is dense_row's flag, not two float bounds
+each call loads: the benchmark's MLP at emx-onnx-cgen's flash in both builds (it was 144 B above at size, 80 at speed).
 
 At optimize = "size" (Options.size) a network of at most LOOP_GEOMETRIES distinct float convolutions, all of literal
-sizes, has them as impl "loops" instead, and its a · bᵀ products as one-tap ones: a loop nest each in the generated
-code (prims/conv_loops.py; the layers of the same sizes sharing one helper function), none of ks::conv_dots's code.
+sizes but the batch (a symbolic batch is the nest's run-time bound), has them as impl "loops" instead, and its a · bᵀ
+products as one-tap ones: a loop nest each in the generated code (prims/conv_loops.py; the layers of the same sizes
+sharing one helper function), none of ks::conv_dots's code.
 A network without convolutions or recurrent loops computes its products of several rows as loop nests too (impl
 "loops" of contract). On the Cortex-M4 benchmark's networks (benchmarks/README.md, Cortex-M4): the CNN 8072 -> 7032 B
 of flash, the keyword spotter 92712 -> 91520, the MobileNet-like net 57696 -> 57336, the transformer layer 37200 ->
@@ -47,8 +50,8 @@ ONE_TAP = dict(strides=(1,), pads=(0, 0), dilations=(1,), groups=1)
 def dot_convs(f: Func, size: bool = False) -> Func:
     """f with its float tiles and depthwise convolutions as impl "dots", and then its a · bᵀ products as well (or,
     without convolutions, its products of one row as loop nests); with `size` (optimize = "size") and at most
-    LOOP_GEOMETRIES distinct such convolutions, all of literal sizes, those as impl "loops" (and its a · bᵀ products
-    as one-tap ones)."""
+    LOOP_GEOMETRIES distinct such convolutions, all of literal sizes but the batch, those as impl "loops" (and its
+    a · bᵀ products as one-tap ones)."""
     convs = [e for h in walk_funcs(f) for e in h.eqns if _dots_conv(e)]
     loops = size and len({_geometry(e) for e in convs}) <= LOOP_GEOMETRIES and \
         all(literal_sizes(*_types(e)) for e in convs)
@@ -60,7 +63,9 @@ def dot_convs(f: Func, size: bool = False) -> Func:
     if convs:
         return rewrite(g, lambda b, eqn, ins: _product_rule(b, eqn, ins, impl))
     recurrent = any(e.prim.name == "loop" for h in walk_funcs(g) for e in h.eqns)
-    return rewrite(g, _rows_rule if size and not recurrent else _row_rule)
+    if size and not recurrent:
+        return rewrite(g, _rows_rule)
+    return rewrite(g, lambda b, eqn, ins: _row_rule(b, eqn, ins, size))
 
 
 def _rows_rule(b, eqn, ins):
@@ -70,7 +75,7 @@ def _rows_rule(b, eqn, ins):
     on a Cortex-M4 against 0.9 KB of nests; a recurrent loop's projection of every step is step_projections')."""
     y = eqn.outs[0].type if eqn.outs else None
     if not _float_tiles(eqn) or (y.rank == 2 and y.shape[0] == 1):
-        return _row_rule(b, eqn, ins)
+        return _row_rule(b, eqn, ins, True)
     return bind_like(b, eqn, eqn.prim, ins, dict(eqn.params, impl="loops"))
 
 
@@ -98,13 +103,22 @@ def _types(eqn) -> tuple:
     return eqn.ins[0].type, eqn.ins[1].type, eqn.outs[0].type
 
 
-def _row_rule(b, eqn, ins):
+def _row_rule(b, eqn, ins, size: bool):
     """A float product of one row (impl "tiles", not accumulating) as a loop nest (impl "loops"), or, when it is
-    x · wᵀ with w [n, k] as stored and n >= 4 columns, a call of ks::tiles::dense_row (impl "dense")."""
+    x · wᵀ with w [n, k] as stored and n >= 4 columns, a call of ks::tiles::dense_row (impl "dense", dense_params)."""
     y = eqn.outs[0].type if eqn.outs else None
     if not _float_tiles(eqn) or y.rank != 2 or y.shape[0] != 1:
         return None
-    return bind_like(b, eqn, eqn.prim, ins, dict(eqn.params, impl="dense" if _dense(eqn) else "loops"))
+    if not _dense(eqn):
+        return bind_like(b, eqn, eqn.prim, ins, dict(eqn.params, impl="loops"))
+    return bind_like(b, eqn, eqn.prim, ins, dense_params(eqn.params, eqn.ins[1].type.shape, size))
+
+
+def dense_params(params: dict, w_shape: tuple, size: bool) -> dict:
+    """A product's params as impl "dense" (ks::tiles::dense_row) with a weight of shape w_shape (dense_applies): at
+    optimize = "size" with n even, `block` 2 (ks::tiles::dense_row<T, 2>: 2 columns at a time, 60 B less of a
+    Cortex-M4's flash at -Os than 4 with the last block overlapping; the benchmark's MLP at emx-onnx-cgen's flash)."""
+    return dict(params, impl="dense", block=2) if size and w_shape[0] % 2 == 0 else dict(params, impl="dense")
 
 
 def _dense(eqn) -> bool:

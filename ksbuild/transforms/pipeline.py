@@ -83,7 +83,7 @@ PASSES = [
          "einsums become loop nests or matrix product calls"),
     Pass("dot_convs", lambda f, o: f if o.vectors else dot_convs(f, o.size),
          "without a vector unit, float convolutions are dot products over gathered windows (ks::conv_dots)"),
-    Pass("step_projections", lambda f, o: f if o.vectors else step_projections(f),
+    Pass("step_projections", lambda f, o: f if o.vectors else step_projections(f, o.size),
          "without a vector unit, a recurrent loop projects each step's input in its body, not all steps before it"),
     Pass("narrow_qpacks", lambda f, o: f if o.vectors else narrow_qpacks(f),
          "without a vector unit, an integer product's weights are packed 4 columns wide, not 32"),

@@ -23,14 +23,15 @@ from ..ir.dense import Dense
 from ..ir.interp import eval_func
 from ..ir.types import Type
 from .dce import dce
-from .dot_convs import dense_applies
+from .dot_convs import dense_applies, dense_params
 from .rewrite import rewrite, use_counts
 
 FLOAT = ("f32", "f64")
 
 
-def step_projections(f: Func) -> Func:
-    """f with its recurrent loops' input projections computed step by step."""
+def step_projections(f: Func, size: bool = False) -> Func:
+    """f with its recurrent loops' input projections computed step by step (`size`: optimize = "size", for
+    dot_convs.dense_params)."""
     defs = {v: e for e in f.eqns for v in e.outs}
     uses = use_counts(f)
     top = {e.outs[0] for e in f.eqns if e.outs}  # (a loop's equation is rebuilt around its body: known by its outputs)
@@ -51,7 +52,8 @@ def step_projections(f: Func) -> Func:
             if isinstance(a, Var) and a.type.shape == eqn.ins[-1].type.shape[-1:] and uses.get(a) == 1:
                 folded = _constant(a, defs, uses)
                 ins[k] = ins[k] if folded is None else b.constant(value=Dense.of(folded))
-        return _per_step(b, eqn, ins, src, w, bias if value is None else b.constant(value=Dense.of(value)), product)
+        return _per_step(b, eqn, ins, src, w, bias if value is None else b.constant(value=Dense.of(value)), product,
+                         size)
     g = rewrite(f, rule)
     return dce(g) if g is not f else f
 
@@ -128,7 +130,7 @@ def _same_order(shape: tuple, want: tuple) -> bool:
     return [d for d in shape if d != 1] == [d for d in want if d != 1] and shape[-1:] == want[-1:]
 
 
-def _per_step(b: Builder, loop: Eqn, ins: list, src: Atom, w: Atom, bias, product: dict) -> list:
+def _per_step(b: Builder, loop: Eqn, ins: list, src: Atom, w: Atom, bias, product: dict, size: bool) -> list:
     """The loop scanning src, with w (and the bias) as its last constants and each step's projection in its body."""
     p = loop.params
     body: Func = p["body"]
@@ -140,7 +142,7 @@ def _per_step(b: Builder, loop: Eqn, ins: list, src: Atom, w: Atom, bias, produc
         [Var(v.type, v.hint) for v in body.params[1 + n_consts:-1]] + [Var(step, "step")]
     wv = params[1 + n_consts]
     if step.shape[:1] == (1,) and dense_applies(product["spec"], w.type.shape):  # (one row: as dot_convs' own)
-        product = dict(product, impl="dense")
+        product = dense_params(product, w.type.shape, size)
     (x,) = nb.bind(_contract(), [params[-1], wv], dict(product))
     if bias is not None:
         x = nb.add(x, params[2 + n_consts])

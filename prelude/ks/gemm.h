@@ -1293,40 +1293,50 @@ KS_DOTS void dot_rows(int64_t m, int64_t n, int64_t k, const matrix<const T>& a,
 
 // A microcontroller's dense layer of one row (impl "dense", transforms/dot_convs.py: a batch-1 MLP's layers, a
 // classifier): out[j] = f(Σ_p x[p]·w[j·k + p]) for j < n, x contiguous, w the layer's [n, k] weight as stored
-// (an ONNX Gemm's with transB, a Linear's), f v + bias[j] (no bias: nullptr) then clamped below at lo and above at
-// hi (no bound: an infinite one, which changes nothing, NaN included), as ks::affine::apply computes it. 4 columns
-// at a time (x's element loaded once for them), the last 4 overlapping the block before when 4 does not divide n
-// (n >= 4: a few columns computed twice, the same values, instead of a loop of single columns), then f in one
-// rolled loop. One function for every such layer of a package (the epilogue as arguments: a copy per kind of
-// epilogue as template parameters was 0.2 KB more; KS_DENSE: GCC's unswitching on the bias made two copies of
-// that loop): the generated code's own loop nests, one per layer, and their epilogue loops were 732 B of a
-// Cortex-M4's flash for the benchmark's MLP at -O3, this and its three calls 368 B.
-template <class T>
-KS_DENSE void dense_row(const T* x, const T* w, T* out, dot_index n, dot_index k, const T* bias, T lo, T hi) {
-    for (dot_index j = 0; j < n; j += 4) {
-        const dot_index at = j + 4 <= n ? j : n - 4;
+// (an ONNX Gemm's with transB, a Linear's), k >= 1, f v + bias[j] (no bias: nullptr) then, with `relu`, v < 0 ? 0 :
+// v (as ks::affine::apply clamps below at 0: NaN stays NaN); another epilogue is the caller's loop after the call.
+// C columns at a time, x's element loaded once for them: 4, the last 4 overlapping the block before when 4 does not
+// divide n (n >= 4: a few columns computed twice, the same values, instead of a loop of single columns); or 2 with n
+// even (contract `block` 2: optimize = "size", dot_convs.py dense_params; 3.5 instructions a multiply-add at -Os on
+// a Cortex-M4, 60 B less code than 4 columns). Then f in one rolled loop. One function for every such layer of a
+// package (the epilogue as arguments: a copy per kind of epilogue as template parameters was 0.2 KB more; KS_DENSE:
+// GCC's unswitching on the bias made two copies of that loop): the generated code's own loop nests, one per layer,
+// and their epilogue loops were 732 B of a Cortex-M4's flash for the benchmark's MLP at -O3, this and its three
+// calls 368 B. The bound is a flag, not two floats lo and hi: each call loaded both from a literal pool (the MLP's
+// three calls 24 B, their constants 12 B) and the function compared twice (issue 36: the MLP above emx-onnx-cgen's
+// flash); the dot loop tests its end after a step (k >= 1: GCC's -Os loop tested before each and jumped back).
+template <class T, int C = 4>
+KS_DENSE void dense_row(const T* x, const T* w, T* out, dot_index n, dot_index k, const T* bias, bool relu) {
+    static_assert(C == 2 || C == 4, "dense_row: 2 or 4 columns at a time");
+    const T* const end = x + k;
+    for (dot_index j = 0; j < n; j += C) {
+        const dot_index at = C == 2 || j + C <= n ? j : n - C;
         const T* w0 = w + at * k;
         const T* w1 = w0 + k;
         const T* w2 = w1 + k;
         const T* w3 = w2 + k;
         T d0 = 0, d1 = 0, d2 = 0, d3 = 0;
-        for (dot_index p = 0; p < k; ++p) {
-            const T v = x[p];
-            d0 += v * w0[p];
-            d1 += v * w1[p];
-            d2 += v * w2[p];
-            d3 += v * w3[p];
-        }
+        const T* p = x;
+        do {
+            const T v = *p++;
+            d0 += v * *w0++;
+            d1 += v * *w1++;
+            if constexpr (C == 4) {
+                d2 += v * *w2++;
+                d3 += v * *w3++;
+            }
+        } while (p != end);
         out[at] = d0;
         out[at + 1] = d1;
-        out[at + 2] = d2;
-        out[at + 3] = d3;
+        if constexpr (C == 4) {
+            out[at + 2] = d2;
+            out[at + 3] = d3;
+        }
     }
     KS_ROLLED for (dot_index j = 0; j < n; ++j) {
         T v = out[j];
         v = bias != nullptr ? v + bias[j] : v;
-        v = v < lo ? lo : v;
-        out[j] = v > hi ? hi : v;
+        out[j] = relu && v < T(0) ? T(0) : v;
     }
 }
 
