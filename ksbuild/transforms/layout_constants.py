@@ -147,7 +147,7 @@ def _single_use_views(f: Func, kernels: dict, folded: dict, uses) -> set:
     views: set = set()
     for e in f.eqns:
         src = e.ins[0] if e.ins else None
-        if e.prim.name != "constant" and e.outs and e.outs[0] in folded and uses[e.outs[0]] == 1 and \
+        if e.outs and e.outs[0] in folded and e.outs[0] not in kernels and uses[e.outs[0]] == 1 and \
                 (src in views or (src in kernels and uses[src] == 1)):
             views.add(e.outs[0])
     return views
