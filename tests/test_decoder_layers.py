@@ -101,12 +101,12 @@ def test_vjp_matches_torch(built, name):
 
 
 def _ir(tmp_path, name: str) -> str:
-    from ksbuild.manifest import load_manifest
     from ksbuild.exports import build_exports
+    from ksbuild.ir.printer import print_func
+    from ksbuild.manifest import load_manifest
     (tmp_path / "k.py").write_text(KERNELS)
     (tmp_path / "manifest.toml").write_text(f'[package]\nname = "ir_{name}"\n\n[kernels.{name}]\n'
                                             f'python = "k.py:{name}"\n\n[exports]\n{name} = "{name}"\n')
-    from ksbuild.ir.printer import print_func
     return "\n".join(print_func(e.func) for e in build_exports(load_manifest(tmp_path / "manifest.toml")))
 
 

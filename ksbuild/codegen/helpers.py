@@ -25,7 +25,6 @@ from ..ir.printer import format_scalar, format_type, format_value, print_func, w
 from ..ir.types import C_TYPES
 
 
-
 def code_text(lines: list[str]) -> str:
     """The C++ of lines without comments and string literals: what a search for a name's uses reads (a
     static_assert's message "the kernel's" is no use of a parameter `s`)."""

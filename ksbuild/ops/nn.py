@@ -152,7 +152,6 @@ def conv_transpose(b, x: Atom, w: Atom, bias: Atom | None, strides=None, pads=No
         raise error(b, f"conv_transpose of {x.type} with kernel {w.type}: the kernel must be [C, M / groups, ...] "
                        f"with C = {c}")
     cg = c // groups
-    xg = b.reshape(x, shape=(n, groups, cg) + x.type.shape[2:])
     wg = b.reshape(w, shape=(groups, cg, mg) + w.type.shape[2:])
     y = _transpose_product(b, x, wg, groups, k)  # [n, g, m / g, *taps, *positions]
     y = b.transpose(y, perm=(0, 1, 2) + tuple(a for i in range(k) for a in (3 + k + i, 3 + i)))

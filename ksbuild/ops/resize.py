@@ -154,7 +154,8 @@ def _upsample_taps(b, x: Atom, axis: int, s: int, lo: int, m: np.ndarray, dtype)
     y = None
     for k in range(taps):
         if m[:, k].any():
-            term = b.mul(b.slice(padded, axis=axis, start=k, stop=k + n), array(b, m[:, k].astype(dtype).reshape(along)))
+            coef = array(b, m[:, k].astype(dtype).reshape(along))
+            term = b.mul(b.slice(padded, axis=axis, start=k, stop=k + n), coef)
             y = term if y is None else b.add(y, term)
     return b.reshape(y, shape=x.type.shape[:axis] + (n * s,) + x.type.shape[axis + 1:])
 
