@@ -894,6 +894,21 @@ inline void copy_even_tail(const uint8_t* in, conv_dim n, conv_dim j, uint8_t* o
     }
     eight_of_sixteen<false>(in + 2 * (n - 8) - 1, o + n - 8);
 }
+
+// o[j] = in[j·step] for j < n, a row of n < 8 (step 1) or n <= 8 (step 2) bytes, with one load of 16 bytes from in and
+// one 8-byte store blended into the 8 bytes at o (those past the row kept): the caller knows that in + 16 and o + 8
+// are within their buffers. (The byte loops of such rows, kws's rows of 5 and MobileNetV2's of 7, and the call per
+// row and channel took more than the depthwise sums of those layers.)
+inline void copy_short(const uint8_t* in, conv_dim step, conv_dim n, uint8_t* o) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in));
+    const __m128i w = step == 1 ? v : _mm_packus_epi16(_mm_and_si128(v, _mm_set1_epi16(0x00ff)), v);
+    uint64_t row, old;
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(&row), w);
+    __builtin_memcpy(&old, o, 8);
+    const uint64_t keep = n >= 8 ? 0 : ~0ull << (8 * n);
+    row = (row & ~keep) | (old & keep);
+    __builtin_memcpy(o, &row, 8);
+}
 #endif
 
 // o[j] = the byte of src[j·step] for j < n.
@@ -932,9 +947,10 @@ void copy_bytes(const TX* src, conv_dim step, conv_dim n, uint8_t* o) {
         return;
     }
 #ifdef KS_QTILE_X86
-    if (step == 2) {  // (the even bytes of 32 at a time; SSE2)
+    if (step == 2) {  // (the even bytes of 32 at a time, while the 32 bytes end before the row's last byte read, which
+                      // a window of 32 ending at in[2n - 1] passed: one byte past the input at its end; SSE2)
         const __m128i low = _mm_set1_epi16(0x00ff);
-        for (; j + 16 <= n; j += 16) {
+        for (; j + 16 < n; j += 16) {
             const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * j));
             const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * j + 16));
             _mm_storeu_si128(reinterpret_cast<__m128i*>(o + j), _mm_packus_epi16(_mm_and_si128(a, low),
@@ -977,6 +993,33 @@ constexpr bool phases_read_at(uint32_t bits, conv_dim b) {
     return b >= 32 || ((bits >> b) & 1u) != 0;
 }
 
+// The ends of what split_columns may read (the channels' input) and write (the phase volumes).
+struct row_limits {
+    const uint8_t* in;
+    const uint8_t* out;
+};
+
+// copy_bytes of `count` channels' rows: channel c from src + c·in_channel to o + c·o_channel (on x86, rows of at
+// most 8 as copy_short where its load and store stay within `limits`).
+template <class TX>
+inline void copy_rows(const TX* src, conv_dim in_channel, conv_dim step, conv_dim n, uint8_t* o, conv_dim o_channel,
+                      conv_dim count, const row_limits& limits) {
+    conv_dim c = 0;
+#ifdef KS_QTILE_X86
+    const uint8_t* in = reinterpret_cast<const uint8_t*>(src);
+    if (n > 0 && (n < 8 || (n == 8 && step == 2)) && step <= 2) {
+        for (; c < count && in + c * in_channel + 16 <= limits.in && o + c * o_channel + 8 <= limits.out; ++c) {
+            copy_short(in + c * in_channel, step, n, o + c * o_channel);
+        }
+    }
+#else
+    (void)limits;
+#endif
+    for (; c < count; ++c) {
+        copy_bytes(src + c * in_channel, step, n, o + c * o_channel);
+    }
+}
+
 // Column phase b of channels [0, count) of image x into the phase volumes (split_phases): per input row the
 // columns first, first + step, ... (n of them) to index j0 of the row's phase volume row. The row's phase and
 // index along the height are counted, not divided (the 64-bit divisions of each row took ~40% of split_phases'
@@ -992,6 +1035,7 @@ void split_columns(const conv_shape& s, const wide_geometry& g, const TX* x, con
     const conv_dim left = tiles::index_div(s.in[2] - first + step - 1, step);
     const conv_dim n = left < fit ? left : fit;
     const uint32_t rows_read = phases_read(s, 1);
+    const row_limits limits{reinterpret_cast<const uint8_t*>(x + count * s.in_plane()), dst + g.phases * count * g.volume};
 #ifdef KS_QTILE_X86
     const bool fast = best_level() >= 2;
 #endif
@@ -1013,9 +1057,7 @@ void split_columns(const conv_shape& s, const wide_geometry& g, const TX* x, con
                 } else
 #endif
                 {
-                    for (conv_dim c = 0; c < count; ++c) {
-                        copy_bytes(src + c * s.in_plane(), step, n, o + c * g.volume);
-                    }
+                    copy_rows(src, s.in_plane(), step, n, o, g.volume, count, limits);
                 }
             }
             if (++ph_phase == s.stride[1]) {
@@ -1301,12 +1343,20 @@ inline bool compact_fits(const conv_shape& s, const wide_geometry& g) {
 template <class TY>
 void compact(const conv_shape& s, const wide_geometry& g, const uint8_t* wide, conv_dim ld, conv_dim m, TY* y) {
     const conv_dim p = s.positions(), width = s.out[2];
+#ifdef KS_QTILE_X86
+    const uint8_t* const wide_end = wide + (m - 1) * ld + g.wide;
+    const TY* const y_end = y + m * p;
+#endif
     for (conv_dim i = 0; i < m; ++i) {
         for (conv_dim d = 0; d < s.out[0]; ++d) {
             for (conv_dim h = 0; h < s.out[1]; ++h) {
                 const uint8_t* src = wide + i * ld + (d * g.side[1] + h) * g.side[2];
                 TY* dst = y + i * p + (d * s.out[1] + h) * s.out[2];
 #ifdef KS_QTILE_X86
+                if (width < 8 && src + 8 <= wide_end && dst + 8 <= y_end) {  // (rows of 1 to 7: 8 bytes copied, the
+                    __builtin_memcpy(dst, src, 8);  // ones past the row rewritten by the rows after it; kws's rows of
+                    continue;                       // 5 took 17% of its time at batch 8 as byte loops)
+                }
                 if (width >= 8) {  // (rows of 8 to 63: vector copies; the byte loop took 2.7% of MobileNetV2's time)
                     copy_bytes(src, 1, width, reinterpret_cast<uint8_t*>(dst));  // (TY: one byte)
                     continue;
