@@ -1342,16 +1342,18 @@ inline bool compact_fits(const conv_shape& s, const wide_geometry& g) {
 // y [m][positions] = the output positions of wide [m][ld] (each output row a run of the wide positions).
 template <class TY>
 void compact(const conv_shape& s, const wide_geometry& g, const uint8_t* wide, conv_dim ld, conv_dim m, TY* y) {
-    const conv_dim p = s.positions(), width = s.out[2];
+    // (the sizes as locals, the rows walked by pointers: the byte stores may alias s and g, whose fields the loop
+    // read again after each of them, ~20 instructions a row of 5)
+    const conv_dim width = s.out[2], depth = s.out[0], height = s.out[1], side1 = g.side[1], side2 = g.side[2];
 #ifdef KS_QTILE_X86
     const uint8_t* const wide_end = wide + (m - 1) * ld + g.wide;
-    const TY* const y_end = y + m * p;
+    const TY* const y_end = y + m * s.positions();
 #endif
+    TY* dst = y;
     for (conv_dim i = 0; i < m; ++i) {
-        for (conv_dim d = 0; d < s.out[0]; ++d) {
-            for (conv_dim h = 0; h < s.out[1]; ++h) {
-                const uint8_t* src = wide + i * ld + (d * g.side[1] + h) * g.side[2];
-                TY* dst = y + i * p + (d * s.out[1] + h) * s.out[2];
+        for (conv_dim d = 0; d < depth; ++d) {
+            const uint8_t* src = wide + i * ld + d * side1 * side2;
+            for (conv_dim h = 0; h < height; ++h, src += side2, dst += width) {
 #ifdef KS_QTILE_X86
                 if (width < 8 && src + 8 <= wide_end && dst + 8 <= y_end) {  // (rows of 1 to 7: 8 bytes copied, the
                     __builtin_memcpy(dst, src, 8);  // ones past the row rewritten by the rows after it; kws's rows of
