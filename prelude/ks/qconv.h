@@ -1035,7 +1035,8 @@ void split_columns(const conv_shape& s, const wide_geometry& g, const TX* x, con
     const conv_dim left = tiles::index_div(s.in[2] - first + step - 1, step);
     const conv_dim n = left < fit ? left : fit;
     const uint32_t rows_read = phases_read(s, 1);
-    const row_limits limits{reinterpret_cast<const uint8_t*>(x + count * s.in_plane()), dst + g.phases * count * g.volume};
+    const row_limits limits{reinterpret_cast<const uint8_t*>(x + count * s.in_plane()),
+                            dst + g.phases * count * g.volume};
 #ifdef KS_QTILE_X86
     const bool fast = best_level() >= 2;
 #endif
