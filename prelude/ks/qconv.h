@@ -869,6 +869,48 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) inline void copy_channels_a
 #endif
 #endif
 
+#ifdef KS_QTILE_X86
+// The 8 bytes in[0], in[2], .. in[14] (EVEN) or in[1], in[3], .. in[15] stored at o (SSE2).
+template <bool EVEN>
+inline void eight_of_sixteen(const uint8_t* in, uint8_t* o) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in));
+    const __m128i w = EVEN ? _mm_and_si128(v, _mm_set1_epi16(0x00ff)) : _mm_srli_epi16(v, 8);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(o), _mm_packus_epi16(w, w));
+}
+
+// o[i] = in[2i] for j <= i < n (n > 8; the ones before j copied already): 16 of them from the window of 32 bytes
+// ending at in[2n - 2] (its odd bytes) when n > 16, else 8 from in (even bytes) and 8 from the window of 16 ending
+// there; nothing past in[2n - 2] or before in is read.
+inline void copy_even_tail(const uint8_t* in, conv_dim n, conv_dim j, uint8_t* o) {
+    if (n > 16) {
+        const uint8_t* w = in + 2 * (n - 16) - 1;
+        const __m128i a = _mm_srli_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)), 8);
+        const __m128i b = _mm_srli_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 16)), 8);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + n - 16), _mm_packus_epi16(a, b));
+        return;
+    }
+    if (j == 0) {
+        eight_of_sixteen<true>(in, o);
+    }
+    eight_of_sixteen<false>(in + 2 * (n - 8) - 1, o + n - 8);
+}
+
+// o[j] = in[j·step] for j < n, a row of n < 8 (step 1) or n <= 8 (step 2) bytes, with one load of 16 bytes from in and
+// one 8-byte store blended into the 8 bytes at o (those past the row kept): the caller knows that in + 16 and o + 8
+// are within their buffers. (The byte loops of such rows, kws's rows of 5 and MobileNetV2's of 7, and the call per
+// row and channel took more than the depthwise sums of those layers.)
+inline void copy_short(const uint8_t* in, conv_dim step, conv_dim n, uint8_t* o) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in));
+    const __m128i w = step == 1 ? v : _mm_packus_epi16(_mm_and_si128(v, _mm_set1_epi16(0x00ff)), v);
+    uint64_t row, old;
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(&row), w);
+    __builtin_memcpy(&old, o, 8);
+    const uint64_t keep = n >= 8 ? 0 : ~0ull << (8 * n);
+    row = (row & ~keep) | (old & keep);
+    __builtin_memcpy(o, &row, 8);
+}
+#endif
+
 // o[j] = the byte of src[j·step] for j < n.
 template <class TX>
 void copy_bytes(const TX* src, conv_dim step, conv_dim n, uint8_t* o) {
@@ -905,13 +947,19 @@ void copy_bytes(const TX* src, conv_dim step, conv_dim n, uint8_t* o) {
         return;
     }
 #ifdef KS_QTILE_X86
-    if (step == 2) {  // (the even bytes of 32 at a time; SSE2)
+    if (step == 2) {  // (the even bytes of 32 at a time, while the 32 bytes end before the row's last byte read, which
+                      // a window of 32 ending at in[2n - 1] passed: one byte past the input at its end; SSE2)
         const __m128i low = _mm_set1_epi16(0x00ff);
-        for (; j + 16 <= n; j += 16) {
+        for (; j + 16 < n; j += 16) {
             const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * j));
             const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * j + 16));
             _mm_storeu_si128(reinterpret_cast<__m128i*>(o + j), _mm_packus_epi16(_mm_and_si128(a, low),
                                                                                   _mm_and_si128(b, low)));
+        }
+        if (j < n && n > 8) {  // (the last ones as the odd bytes of a window ending at the last byte read, which
+                               // overlaps what is copied: the byte loop took ~45% of copy_bytes' time in MobileNetV2)
+            copy_even_tail(in, n, j, o);
+            return;
         }
     }
 #endif
@@ -931,56 +979,111 @@ constexpr bool phase_read(const conv_shape& s, int a, conv_dim b) {
     return false;
 }
 
+// phase_read of axis a's phases b < 32 as bits (bit b); a phase past them counts as read (phases_read_at).
+constexpr uint32_t phases_read(const conv_shape& s, int a) {
+    uint32_t bits = 0;
+    for (conv_dim b = 0; b < s.stride[a] && b < 32; ++b) {
+        bits |= phase_read(s, a, b) ? 1u << b : 0u;
+    }
+    return bits;
+}
+
+// Whether phase b of an axis with phases_read bits `bits` is copied (a phase past 32 is, whether read or not).
+constexpr bool phases_read_at(uint32_t bits, conv_dim b) {
+    return b >= 32 || ((bits >> b) & 1u) != 0;
+}
+
+// The ends of what split_columns may read (the channels' input) and write (the phase volumes).
+struct row_limits {
+    const uint8_t* in;
+    const uint8_t* out;
+};
+
+// copy_bytes of `count` channels' rows: channel c from src + c·in_channel to o + c·o_channel (on x86, rows of at
+// most 8 as copy_short where its load and store stay within `limits`).
+template <class TX>
+inline void copy_rows(const TX* src, conv_dim in_channel, conv_dim step, conv_dim n, uint8_t* o, conv_dim o_channel,
+                      conv_dim count, const row_limits& limits) {
+    conv_dim c = 0;
+#ifdef KS_QTILE_X86
+    const uint8_t* in = reinterpret_cast<const uint8_t*>(src);
+    if (n > 0 && (n < 8 || (n == 8 && step == 2)) && step <= 2) {
+        for (; c < count && in + c * in_channel + 16 <= limits.in && o + c * o_channel + 8 <= limits.out; ++c) {
+            copy_short(in + c * in_channel, step, n, o + c * o_channel);
+        }
+    }
+#else
+    (void)limits;
+#endif
+    for (; c < count; ++c) {
+        copy_bytes(src + c * in_channel, step, n, o + c * o_channel);
+    }
+}
+
+// Column phase b of channels [0, count) of image x into the phase volumes (split_phases): per input row the
+// columns first, first + step, ... (n of them) to index j0 of the row's phase volume row. The row's phase and
+// index along the height are counted, not divided (the 64-bit divisions of each row took ~40% of split_phases'
+// time in MobileNetV2's depthwise layers on AVX2).
+template <class TX>
+void split_columns(const conv_shape& s, const wide_geometry& g, const TX* x, conv_dim count, conv_dim b,
+                   uint8_t* dst) {
+    const conv_dim step = s.stride[2], plane = s.in[1] * s.in[2];
+    // input column w lands at padded column w + pad: phase (w + pad) % step, index (w + pad) / step
+    // (b - pad mod step, as b + step - pad % step >= 0 is: 32-bit divisions on a 32-bit target)
+    const conv_dim first = tiles::index_mod(b + step - tiles::index_mod(s.pad[2], step), step);
+    const conv_dim j0 = tiles::index_div(first + s.pad[2], step), fit = g.side[2] - j0;
+    const conv_dim left = tiles::index_div(s.in[2] - first + step - 1, step);
+    const conv_dim n = left < fit ? left : fit;
+    const uint32_t rows_read = phases_read(s, 1);
+    const row_limits limits{reinterpret_cast<const uint8_t*>(x + count * s.in_plane()),
+                            dst + g.phases * count * g.volume};
+#ifdef KS_QTILE_X86
+    const bool fast = best_level() >= 2;
+#endif
+    for (conv_dim d = 0; d < s.in[0]; ++d) {
+        const conv_dim pd = d + s.pad[0], qd = tiles::index_div(pd, s.stride[0]), pd_phase = pd - qd * s.stride[0];
+        if (qd >= g.side[0] || !phase_read(s, 0, pd_phase)) {
+            continue;  // (rows past the extent the windows read, or a phase no tap reads)
+        }
+        conv_dim qh = tiles::index_div(s.pad[1], s.stride[1]), ph_phase = s.pad[1] - qh * s.stride[1];
+        for (conv_dim h = 0; h < s.in[1] && qh < g.side[1]; ++h) {
+            if (phases_read_at(rows_read, ph_phase)) {
+                const conv_dim phase = (pd_phase * s.stride[1] + ph_phase) * step + b;
+                const TX* src = x + d * plane + h * s.in[2] + first;
+                uint8_t* o = dst + phase * count * g.volume + (qd * g.side[1] + qh) * g.side[2] + j0;
+#ifdef KS_QTILE_X86
+                if (fast && step <= 2 && n < 64) {  // (short rows: the channels' copies in one call)
+                    copy_channels_avx512(reinterpret_cast<const uint8_t*>(src), s.in_plane(), step, n, o, g.volume,
+                                         count);
+                } else
+#endif
+                {
+                    copy_rows(src, s.in_plane(), step, n, o, g.volume, count, limits);
+                }
+            }
+            if (++ph_phase == s.stride[1]) {
+                ph_phase = 0;
+                ++qh;
+            }
+        }
+    }
+}
+
 // Channels [0, count) of image x copied into the phase volumes (see wide_geometry), as they are (the padding: the
 // byte of x_zero); the phases no tap reads are left as they are.
 template <class TX>
 void split_phases(const conv_shape& s, const wide_geometry& g, const TX* x, conv_dim count, uint8_t zero,
                   uint8_t* dst) {
-    const conv_dim plane = s.in[1] * s.in[2], step = s.stride[2];
-#ifdef KS_QTILE_X86
-    const bool fast = best_level() >= 2;
-#endif
+    const conv_dim step = s.stride[2];
     for (conv_dim phase = 0; phase < g.phases; ++phase) {
         const conv_dim a = tiles::index_div(phase, s.stride[1] * step), b = tiles::index_div(phase, step);
         if (phase_read(s, 0, a) && phase_read(s, 1, b - a * s.stride[1]) && phase_read(s, 2, phase - b * step)) {
             __builtin_memset(dst + phase * count * g.volume, zero, static_cast<size_t>(count * g.volume));
         }
     }
-    for (conv_dim d = 0; d < s.in[0]; ++d) {
-        const conv_dim pd = d + s.pad[0];
-        for (conv_dim h = 0; h < s.in[1]; ++h) {
-            const conv_dim ph = h + s.pad[1];
-            const conv_dim qd = tiles::index_div(pd, s.stride[0]), qh = tiles::index_div(ph, s.stride[1]);
-            if (qd >= g.side[0] || qh >= g.side[1]) {
-                continue;  // (rows past the extent the windows read)
-            }
-            const conv_dim phase_dh = (pd - qd * s.stride[0]) * s.stride[1] + ph - qh * s.stride[1];
-            const conv_dim at = (qd * g.side[1] + qh) * g.side[2];
-            for (conv_dim b = 0; b < step; ++b) {
-                // input column w lands at padded column w + pad: phase (w + pad) % step, index (w + pad) / step
-                // (b - pad mod step, as b + step - pad % step >= 0 is: 32-bit divisions on a 32-bit target)
-                const conv_dim first = tiles::index_mod(b + step - tiles::index_mod(s.pad[2], step), step);
-                const conv_dim j0 = tiles::index_div(first + s.pad[2], step), fit = g.side[2] - j0;
-                const conv_dim left = tiles::index_div(s.in[2] - first + step - 1, step);
-                const conv_dim n = left < fit ? left : fit;
-                const conv_dim phase = phase_dh * step + b;
-                const conv_dim pd_phase = pd - qd * s.stride[0], ph_phase = ph - qh * s.stride[1];
-                if (!phase_read(s, 0, pd_phase) || !phase_read(s, 1, ph_phase) || !phase_read(s, 2, b)) {
-                    continue;
-                }
-                const TX* src = x + d * plane + h * s.in[2] + first;
-                uint8_t* o = dst + phase * count * g.volume + at + j0;
-#ifdef KS_QTILE_X86
-                if (fast && step <= 2 && n < 64) {  // (short rows: the channels' copies in one call)
-                    copy_channels_avx512(reinterpret_cast<const uint8_t*>(src), s.in_plane(), step, n, o, g.volume,
-                                         count);
-                    continue;
-                }
-#endif
-                for (conv_dim c = 0; c < count; ++c) {
-                    copy_bytes(src + c * s.in_plane(), step, n, o + c * g.volume);
-                }
-            }
+    for (conv_dim b = 0; b < step; ++b) {
+        if (phase_read(s, 2, b)) {
+            split_columns(s, g, x, count, b, dst);
         }
     }
 }
@@ -1240,12 +1343,28 @@ inline bool compact_fits(const conv_shape& s, const wide_geometry& g) {
 // y [m][positions] = the output positions of wide [m][ld] (each output row a run of the wide positions).
 template <class TY>
 void compact(const conv_shape& s, const wide_geometry& g, const uint8_t* wide, conv_dim ld, conv_dim m, TY* y) {
-    const conv_dim p = s.positions(), width = s.out[2];
+    // (the sizes as locals, the rows walked by pointers: the byte stores may alias s and g, whose fields the loop
+    // read again after each of them, ~20 instructions a row of 5)
+    const conv_dim width = s.out[2], depth = s.out[0], height = s.out[1], side1 = g.side[1], side2 = g.side[2];
+#ifdef KS_QTILE_X86
+    const uint8_t* const wide_end = wide + (m - 1) * ld + g.wide;
+    const TY* const y_end = y + m * s.positions();
+#endif
+    TY* dst = y;
     for (conv_dim i = 0; i < m; ++i) {
-        for (conv_dim d = 0; d < s.out[0]; ++d) {
-            for (conv_dim h = 0; h < s.out[1]; ++h) {
-                const uint8_t* src = wide + i * ld + (d * g.side[1] + h) * g.side[2];
-                TY* dst = y + i * p + (d * s.out[1] + h) * s.out[2];
+        for (conv_dim d = 0; d < depth; ++d) {
+            const uint8_t* src = wide + i * ld + d * side1 * side2;
+            for (conv_dim h = 0; h < height; ++h, src += side2, dst += width) {
+#ifdef KS_QTILE_X86
+                if (width < 8 && src + 8 <= wide_end && dst + 8 <= y_end) {  // (rows of 1 to 7: 8 bytes copied, the
+                    __builtin_memcpy(dst, src, 8);  // ones past the row rewritten by the rows after it; kws's rows of
+                    continue;                       // 5 took 17% of its time at batch 8 as byte loops)
+                }
+                if (width >= 8) {  // (rows of 8 to 63: vector copies; the byte loop took 2.7% of MobileNetV2's time)
+                    copy_bytes(src, 1, width, reinterpret_cast<uint8_t*>(dst));  // (TY: one byte)
+                    continue;
+                }
+#endif
                 if (width >= 32) {
                     __builtin_memcpy(dst, src, static_cast<size_t>(width));  // (TY: one byte)
                 } else {
