@@ -2769,8 +2769,8 @@ constexpr conv_dim softmax_rows = 8;
 template <class T>
 int row_max(conv_dim n, const T* x) {
     int m = x[0];
-    KS_OMP_SIMD(reduction(max : m))
-    for (conv_dim k = 0; k < n; ++k) {
+    for (conv_dim k = 0; k < n; ++k) {  // (no omp simd: its reduction's per-lane arrays, inlined for 8 rows, made
+                                        // ks::qsoftmax's frame 648 B; GCC vectorizes an integer max without it)
         m = m > int(x[k]) ? m : int(x[k]);
     }
     return m;
@@ -2785,7 +2785,6 @@ inline double round_even(double q) {
 // y[k] = round_half_even(min(e[k] · ratio / sum, top)) + y_zero for e[k] = t[x[k]]
 template <class T>
 void softmax_row(conv_dim n, const float* t, const T* x, T* y, double ratio, double sum, double top, int y_zero) {
-    KS_OMP_SIMD()
     for (conv_dim k = 0; k < n; ++k) {
         const double q = double(t[int(x[k])]) * ratio / sum;
         y[k] = T(int(round_even(q < top ? q : top)) + y_zero);
