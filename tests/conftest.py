@@ -17,20 +17,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # number of tests alone (--loadscope-reorder), which put the long files of few tests (test_prelude_cpp.py: 1 test,
 # 8 C++ programs; test_wheel.py: 8 tests, a wheel of three instruction set levels and a venv) last, keeping one
 # worker busy while the other had nothing left. Only the order changes, never what runs.
-LONG_FILES = ("test_kernel_layer.py", "test_threads.py", "test_onnx_examples.py", "test_prelude_cpp.py",
-              "test_prelude_cpp_tiles.py", "test_targets.py", "test_torch_dev_loop.py", "test_dispatch.py",
-              "test_torch_export.py",
-              "test_reroll.py", "test_gradbench.py", "test_frontend_robustness.py", "test_ort_backend.py",
-              "test_clang.py", "test_onnx_conformance.py", "test_torch_op_registry.py", "test_wheel.py",
-              "test_install_wheel.py", "test_qtile_aarch64.py", "test_aten_backend.py",
-              "test_torch_export_vs_onnx.py", "test_subproject.py", "test_prims_compiled.py", "test_cache.py",
-              "test_conv.py", "test_cortex_m4_bench.py", "test_memory_arena.py", "test_torch_export_transformers.py",
-              "test_calls.py", "test_qtile_m4.py", "test_kernel_layer_m4.py", "test_baremetal_link.py",
-              "test_compiler_launcher.py", "test_affine_epilogue.py")
-# (by CPU seconds in a fresh-clone run, most first: KSBUILD_TEST_CPU_LOG and scripts/test_cpu.py, 2026-11-30;
-# test_clang, test_subproject and test_dispatch, 80-140 s each in few tests, had come last and left one worker alone;
-# test_prelude_cpp, first at ~104 s, is about 0.58 of that since its programs on the baseline's vectors are at -O1,
-# and in two files of about 55 s each since the twenty-first session, its register tiles' builds in the second)
+LONG_FILES = ("test_kernel_layer.py", "test_targets.py", "test_onnx_examples.py", "test_threads.py", "test_reroll.py",
+              "test_torch_op_registry.py", "test_frontend_robustness.py", "test_torch_dev_loop.py",
+              "test_aten_backend.py", "test_torch_export_vs_onnx.py", "test_qtile_aarch64.py", "test_prims_compiled.py",
+              "test_torch_export.py", "test_install_wheel.py", "test_prelude_cpp.py", "test_clang.py",
+              "test_prelude_cpp_tiles.py", "test_cache.py", "test_subproject.py", "test_torch_export_transformers.py",
+              "test_wheel.py", "test_cortex_m4_bench.py", "test_ort_backend.py", "test_gradbench.py",
+              "test_jacobians.py", "test_calls.py", "test_torch_hop.py", "test_passes.py", "test_cli.py",
+              "test_conv.py", "test_onnx_models.py", "test_generated_frames.py", "test_cache_entries.py",
+              "test_tensor_corpus.py", "test_fuzz_regressions.py", "test_memory_arena.py", "test_golden.py",
+              "test_onnx_conformance.py", "test_torch_values.py", "test_compositions.py", "test_kernel_layer_m4.py",
+              "test_fuzz.py", "test_qtile_m4.py", "test_torch_frontend.py", "test_numerics.py", "test_dispatch.py",
+              "test_baremetal_link.py", "test_compiler_launcher.py", "test_affine_epilogue.py")
+# (by CPU seconds in the fresh-clone run of 97665a6, most first: every file of 15 s or more; KSBUILD_TEST_CPU_LOG
+# and scripts/test_cpu.py, 2026-11-30; but test_targets, whose cross builds take no host kernel objects, starts on
+# the second worker beside test_kernel_layer, so that test_onnx_examples does not wait on the lock of the host
+# level's kernel objects test_kernel_layer is compiling. The files after them take 0-15 s each, so the run ends on
+# short files whatever their order. test_dispatch and test_wheel take the portable kernel layer test_onnx_examples
+# compiles, far enough behind it not to wait on its lock. Until 2026-12-01 the list was an older run's costliest
+# files and left files of 25-30 s (test_passes, test_cli, test_jacobians, test_torch_hop) to the order by number of
+# tests.)
 
 
 def pytest_configure(config):
@@ -69,21 +75,37 @@ def pytest_runtest_protocol(item, nextitem):
             f.write(f"{own + children:.2f}\t{item.nodeid}\t{own:.2f}\t{children:.2f}\n")
 
 
+def base_folder(tmp_path_factory) -> Path:
+    """The run's temporary folder, shared by the pytest-xdist workers (above each worker's own)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def _bytecode_for_children(folder: Path) -> None:
+    """The Python processes the tests start (`python -m ksbuild ...`: 20 at once in test_cache, the CLI tests, fresh
+    processes loading saved programs) write and read their bytecode in `folder` (PYTHONPYCACHEPREFIX), shared by
+    the run, when the environment says not to write it (PYTHONDONTWRITEBYTECODE=1, as on the machine of the
+    fresh-clone runs): else each one compiles ksbuild's ~200 modules again, 0.5 s of CPU a process. Nothing is written
+    into the sources or the venv; the run's folder is thrown away with it."""
+    if os.environ.get("PYTHONDONTWRITEBYTECODE") and "PYTHONPYCACHEPREFIX" not in os.environ:
+        folder.mkdir(exist_ok=True)
+        os.environ["PYTHONPYCACHEPREFIX"] = str(folder)
+        del os.environ["PYTHONDONTWRITEBYTECODE"]
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _cache(tmp_path_factory):
     """Builds share one cache per session unless KSBUILD_CACHE is set by the caller. Under pytest-xdist
     (`-n 2`) the workers share it too: the cache's per-key locks let one worker build a package while
     another waits and reuses it."""
     if "KSBUILD_CACHE" not in os.environ:
-        base = tmp_path_factory.getbasetemp()
-        if os.environ.get("PYTEST_XDIST_WORKER"):
-            base = base.parent  # the run's folder, above each worker's own
-        cache = base / "ksbuild-cache"
+        cache = base_folder(tmp_path_factory) / "ksbuild-cache"
         cache.mkdir(exist_ok=True)
         os.environ["KSBUILD_CACHE"] = str(cache)
         # (the session's cache is thrown away after the run: no size limit, so that what one test built stays there
         # for the next; tests/test_cache_entries.py checks the limit)
         os.environ.setdefault("KSBUILD_CACHE_MAX_SIZE", "0")
+    _bytecode_for_children(base_folder(tmp_path_factory) / "pycache")
     # Packages are built for this machine's CPU alone, as ksbuild.build builds them (one compile instead of one per
     # x86-64 level); a test of the portable build sets KSBUILD_HERE=0 (test_onnx_examples' `installed`) or asks
     # for it (ksbuild.build(..., portable=True): test_dispatch).

@@ -11,6 +11,7 @@ clamps in one form. The compiled torch.export package matches torch at two batch
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -93,6 +94,27 @@ def test_values_independent_of_the_inputs_are_constants():
 
 # ---- image blocks ----------------------------------------------------------------------------------------
 
+@pytest.fixture(scope="module")
+def captures():
+    """torch.export's capture of each image block made once in this module: the IR tests and the package's build
+    (ksbuild.build, in this process) take the same capture (torch.export and run_decompositions are most of their
+    time; the frontend's importer, the pipeline and the compile still run for each)."""
+    import importlib
+    module = importlib.import_module("ksbuild.frontends.torch_export.capture")
+    real, done = module.capture, {}
+
+    def once(source, root, make, loc):
+        key = ((Path(root) / source).resolve(), make)
+        if key[0] != IMAGES_FILE.resolve():
+            return real(source, root, make, loc)
+        if key not in done:
+            done[key] = real(source, root, make, loc)
+        return done[key]
+    module.capture = once
+    yield done
+    module.capture = real
+
+
 def _equations(f) -> list[str]:
     """f's text form without its constants, its value names and comments: equation by equation the prims, params
     and types (constants are listed in a different order by the two frontends)."""
@@ -104,7 +126,7 @@ def _equations(f) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def lowered_images(tmp_path_factory):
+def lowered_images(tmp_path_factory, captures):
     """name -> (torch.export IR, ONNX IR) after the whole pipeline, the batch symbolic in both."""
     from ksbuild.frontends.onnx import compile_onnx_kernel
     from ksbuild.frontends.torch_export import compile_torch_kernel
@@ -126,7 +148,7 @@ def test_image_blocks_have_the_same_ir_as_from_onnx(lowered_images, name):
     assert _equations(te) == _equations(onnx)
 
 
-def test_image_blocks_compiled_match_torch(tmp_path):
+def test_image_blocks_compiled_match_torch(tmp_path, lowered_images, captures):
     """The torch.export packages (one build) against torch at batch 1 and 3 (the example has 2)."""
     import ksbuild
     lines = ["[package]", 'name = "blocks"', ""]
@@ -135,6 +157,7 @@ def test_image_blocks_compiled_match_torch(tmp_path):
     lines += ["[exports]"] + [f'{name} = "{name}"' for name in images.IMAGE]
     (tmp_path / "manifest.toml").write_text("\n".join(lines) + "\n")
     pkg = ksbuild.build(tmp_path / "manifest.toml")
+    assert len(captures) == len(images.IMAGE)  # (the IR tests' captures: none made again)
     for name, make in images.IMAGE.items():
         module, _, _ = make()
         for batch in (1, 3):
