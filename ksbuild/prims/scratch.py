@@ -194,7 +194,7 @@ def _crowded(s: ConvShape, size: int, t: Tiles) -> bool:
     plane = math.prod(s.inp) * size
     low = plane & -plane
     return t.vector_bytes >= 32 and size == 4 and s.groups == 1 and math.prod(s.kernel) == 1 and plane >= 4096 and \
-        s.channels * min(low, 4096) > 4 * 4096
+        low <= 256 and s.channels * low > 4 * 4096
 
 
 def _direct(s: ConvShape, size: int, t: Tiles) -> bool:
