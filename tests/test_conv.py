@@ -493,6 +493,32 @@ def test_a_small_constant_weight_builds_for_this_machines_level(tmp_path):
     np.testing.assert_allclose(pkg.const_wt(x), src.const_wt(torch.tensor(x)).numpy(), rtol=1e-5, atol=1e-6)
 
 
+CROWDED = '''
+import torch
+import torch.nn.functional as F
+
+
+def project(x: "float[n, 72, 56, 56]", w: "float[8, 72, 1, 1]", b: "float[8]") -> "float[n, 8, 56, 56]":
+    return torch.relu(F.conv2d(x, w, b))
+'''
+
+
+def test_a_pointwise_layer_over_crowded_planes_matches_torch(tmp_path):
+    """A pointwise layer from 72 channels of 56 × 56 planes (12544 bytes: their first lines in 16 of the L1 cache's
+    64 sets, 4.5 a set) runs by ks::conv's panels method on AVX2 and AVX-512 (ks/conv.h: convs::crowded;
+    tests/cpp/test_gemm_conv.cpp checks the method), with its scratch as prims/scratch.py plans it (the generated
+    static_assert), for this machine's level: values against torch, batches 1 and 3."""
+    manifest = ('[package]\nname = "crowded"\n[build]\ndtype = "float32"\n'
+                '[kernels.project]\npython = "k.py:project"\n[exports]\nproject = "project"\n')
+    pkg, src = build_kernel_file(tmp_path, CROWDED, manifest, "crowded")
+    rng = np.random.default_rng(0)
+    w, b = rng.standard_normal((8, 72, 1, 1)).astype(np.float32), rng.standard_normal(8).astype(np.float32)
+    for n in (1, 3):
+        x = rng.standard_normal((n, 72, 56, 56)).astype(np.float32)
+        want = src.project(torch.tensor(x), torch.tensor(w), torch.tensor(b)).numpy()
+        np.testing.assert_allclose(pkg.project(x, w, b), want, rtol=1e-4, atol=1e-4)
+
+
 def test_onnx_conv_kernel_is_transformed_when_compiled(tmp_path):
     """An ONNX model's 3×3 convolutions of 2048+ channel pairs run by Winograd with their initializers transformed
     when the package is compiled (no ks::winograd_kernel call), values against onnxruntime at two batch sizes."""

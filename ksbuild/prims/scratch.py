@@ -129,7 +129,7 @@ CONV_PLAN_BYTES = 208
 
 def _copies_image(s: ConvShape, size: int, t: Tiles) -> bool:
     pads = any(s.pad[a] > 0 or _extent(s, a) - s.pad[a] > s.inp[a] for a in range(3))
-    return pads or (_direct(s, size) and s.out[2] % _panel(size) != 0) or _phased(s, size) or \
+    return pads or (_direct(s, size, t) and s.out[2] % _panel(size) != 0) or _phased(s, size) or \
         _flattened(s, size, t) or _split_packed(s, size, t)
 
 
@@ -173,7 +173,7 @@ def _flattened(s: ConvShape, size: int, t: Tiles) -> bool:
         (-(-_extent(s, 2) // s.stride[2]) + 1) < 1 << 30
     return s.out[0] == 1 and s.inp[0] == 1 and s.kernel[0] == 1 and s.pad[0] == 0 and not _few_positions(s) and \
         s.groups > 1 and s.out_channels // s.groups <= 64 and s.depth() <= t.k_block and \
-        not _direct(s, size) and not _phased(s, size) and not _chunked(s, size, t) and taps and \
+        not _direct(s, size, t) and not _phased(s, size) and not _chunked(s, size, t) and taps and \
         4 * -(-_flat_positions(s) // p) <= 5 * -(-n // p) and fits
 
 
@@ -184,13 +184,22 @@ def _phase_planes(s: ConvShape) -> int:
 
 def _chunked(s: ConvShape, size: int, t: Tiles) -> bool:
     """convs::chunked<T>: im2col by chunks of input channels (a kernel over two chunks of 512 KB)."""
-    return not _few_positions(s) and not _direct(s, size) and s.groups == 1 and \
+    return not _few_positions(s) and not _direct(s, size, t) and s.groups == 1 and \
         s.positions() <= t.panels_per_block * _panel(size) and \
         s.out_channels * s.depth() * size > 2 * 512 * 1024 and _k_step(s.depth(), t) >= s.taps()
 
 
-def _direct(s: ConvShape, size: int) -> bool:
-    return s.stride[2] == 1 and 2 * s.out[2] >= _panel(size) and s.channels * math.prod(s.inp) < 1 << 30
+def _crowded(s: ConvShape, size: int, t: Tiles) -> bool:
+    """convs::crowded<T>: a pointwise convolution whose planes' first lines share few of the L1 cache's sets."""
+    plane = math.prod(s.inp) * size
+    low = plane & -plane
+    return t.vector_bytes >= 32 and size == 4 and s.groups == 1 and math.prod(s.kernel) == 1 and plane >= 4096 and \
+        low <= 256 and s.channels * low > 4 * 4096
+
+
+def _direct(s: ConvShape, size: int, t: Tiles) -> bool:
+    return s.stride[2] == 1 and 2 * s.out[2] >= _panel(size) and s.channels * math.prod(s.inp) < 1 << 30 and \
+        not _crowded(s, size, t)
 
 
 def _padded_size(s: ConvShape, size: int, t: Tiles) -> int:
@@ -227,7 +236,7 @@ def _tiles_room(s: ConvShape, size: int, t: Tiles, packs: bool = True) -> int:
     mg = s.out_channels // s.groups
     packed = s.groups * -(-mg // t.row_block) * t.row_block * s.depth() if packs else 0
     panels = _k_step(s.depth(), t) * _block_columns(s, size, t)
-    rest = _aligned(s.depth()) if _direct(s, size) or (_phased(s, size) and _aligned(s.depth()) > panels) else panels
+    rest = _aligned(s.depth()) if _direct(s, size, t) or (_phased(s, size) and _aligned(s.depth()) > panels) else panels
     if _flattened(s, size, t):  # (the offsets, then a block of results of a group)
         rest = max(_aligned(s.depth()) + _aligned(mg * t.panels_per_block * _panel(size)), panels)
     columns = s.positions() * s.depth() if _few_positions(s) else 0
@@ -260,7 +269,7 @@ def _packs_kernel(given: ConvShape, images: int, size: int, t: Tiles) -> bool:
 def _kernel_passes(s: ConvShape, images: int, size: int, t: Tiles) -> int:
     """convs::kernel_passes<T>: how often the tiles read the kernel over `images` images."""
     p, block = _panel(size), t.panels_per_block * _panel(size)
-    if not _direct(s, size):
+    if not _direct(s, size, t):
         return images * -(-s.positions() // block)
     per_plane = -(-s.out[1] // t.panels_per_block) if s.out[2] <= p else s.out[1] * -(-s.out[2] // block)
     return images * s.out[0] * per_plane

@@ -76,9 +76,26 @@ constexpr bool needs_padding(const conv_shape& s) {
 // Whether the tiles read the windows straight from the image (stride 1 along its rows, rows of at least
 // half a panel of positions): row (c, tap) of the im2col matrix at positions [q, q + P) of one output row
 // is P consecutive elements of the image. Otherwise blocks of the im2col matrix are packed into panels.
+//
+// Not a pointwise convolution whose rows, read where they lie, crowd the L1 cache's sets (crowded): float on AVX2 and
+// AVX-512, one group, planes of 4 KB or more whose size in bytes is a multiple of `low` (the largest power of two
+// dividing it), so that the first lines of the C planes fall into 4096 / low of the 64 sets of a 4 KB way (56 × 56
+// floats: 12544 B, 16 sets), more than 4 lines a set (half of an 8-way L1). A panel of the direct tiles reads one line
+// of every plane, and every row tile reads them again: with 9 lines to a set (MobileNetV2's 144 → 24 at 56², AMD Zen 3)
+// those reads missed L1, 1.3× the time of the same layer channels-last, 1.0× packed into panels (the `panels` method's
+// copy reads each line once). Planes in fewer than 16 sets (112 × 112: 4) are left direct: there the output rows'
+// stores crowd the same sets, and 32 → 16 at 112² was no faster packed (docs/performance.md, "Crowded planes").
+template <class T>
+constexpr bool crowded(const conv_shape& s) {
+    const int64_t bytes = s.in[0] * s.in[1] * s.in[2] * int64_t(sizeof(T)), low = bytes & -bytes;
+    return tiles::vector_bytes >= 32 && sizeof(T) == 4 && s.groups == 1 && s.taps() == 1 && bytes >= 4096 &&
+           low <= 256 && s.channels * low > 4 * 4096;
+}
+
 template <class T>
 constexpr bool direct(const conv_shape& s) {
-    return s.stride[2] == 1 && 2 * s.out[2] >= panel_width<T> && s.channels * s.in[0] * s.in[1] * s.in[2] < (1ll << 30);
+    return s.stride[2] == 1 && 2 * s.out[2] >= panel_width<T> && s.channels * s.in[0] * s.in[1] * s.in[2] < (1ll << 30) &&
+           !crowded<T>(s);
 }
 
 // Whether a strided 2-d convolution reads its windows straight from the image split into stride phases (method

@@ -408,6 +408,34 @@ void long_row_convs(uint64_t& state) {
     }
 }
 
+// Pointwise convolutions whose planes crowd the L1 cache's sets (ks/conv.h: convs::crowded, float on AVX2 and AVX-512):
+// MobileNetV2's 144 → 24 at 56 × 56 (12544-byte planes, 16 sets: 9 lines a set) and 72 → 8 (4.5 a set), which must run
+// by the `panels` method there and by the direct one elsewhere; 24 → 40 at 56 × 56 (1.5 lines a set), 32 → 16 at
+// 112 × 112 (4 sets: left direct) and 16 → 30 at 112 × 112 (long_group's rows), direct on every level; one image and
+// two, with and without an epilogue.
+template <class T>
+void crowded_convs(uint64_t& state) {
+    struct case_ {
+        int64_t channels, out_channels, side;
+        bool crowded;
+    };
+    const case_ cases[] = {{144, 24, 56, true}, {72, 8, 56, true}, {24, 40, 56, false},
+                           {32, 16, 112, false}, {16, 30, 112, false}};
+    int trial = 0;
+    for (const case_& c : cases) {
+        const ks::conv_shape s{c.channels, c.out_channels, 1, {1, c.side, c.side}, {1, c.side, c.side}, {1, 1, 1},
+                               {1, 1, 1}, {1, 1, 1}, {0, 0, 0}};
+        const bool vectors = ks::tiles::vector_bytes >= 32 && sizeof(T) == 4;
+        const ks::convs::method m = ks::convs::method_of<T>(s, 1);
+        const bool panels = m == ks::convs::method::panels || m == ks::convs::method::panels_packed;
+        report<T>(panels == (c.crowded && vectors) ? 0.0 : 1e9, s.depth(), "conv: the panels method for crowded planes",
+                  s.out_channels, s.positions(), s.depth(), 0);
+        for (int images = 1; images <= 2; ++images) {
+            check_conv<T>(s, images, (trial++ & 1) != 0, 0, state);
+        }
+    }
+}
+
 // Strided 2-d convolutions whose rows hold four panels or more: ks::conv's `phases` methods (ks/conv.h: the image
 // split into stride phases, read by the direct path's tiles), which must be the method these shapes get: a 7 × 7
 // stride-2 stem of 3 channels, 3 × 3 stride-2 layers, strides 3 and (1, 2), odd sides, padding on one side or none,
@@ -810,6 +838,8 @@ int main(int argc, char** argv) {
     long_row_convs<float>(state);
     phased_convs<float>(state);
     phased_convs<double>(state);
+    crowded_convs<float>(state);
+    crowded_convs<double>(state);
     flat_convs<float>(state);
     flat_convs<double>(state);
     split_packed_convs<float>(state);
