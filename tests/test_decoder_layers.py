@@ -49,14 +49,23 @@ def fractional(x: "f64[1, 2, 6, 4]") -> "f64[1, 2, 9, 6]":
     return F.interpolate(x, scale_factor=1.5, mode="bilinear", align_corners=False)
 
 
+def replicate(x: "f32[2, 3, 5, 4]") -> "f32[2, 3, 8, 7]":
+    return F.pad(x, (2, 1, 0, 3), mode="replicate")
+
+
+def circular(x: "f64[2, 3, 5, 4]") -> "f64[2, 3, 7, 7]":
+    return F.pad(x, (1, 2, 2, 0), mode="circular")
+
+
 def decoder(x: "f32[1, 8, 6, 6]", w: "f32[8, 4, 2, 2]") -> "f32[1, 4, 24, 24]":
     return torch.sigmoid(F.interpolate(F.conv_transpose2d(x, w, stride=2), scale_factor=2, mode="bilinear"))
 '''
 
 SHAPES = {"tiled": [(2, 6, 5, 4), (6, 4, 2, 2), (4,)], "overlapping": [(2, 6, 5, 4), (6, 2, 3, 3)],
           "wide": [(1, 3, 7), (3, 5, 4)], "bilinear": [(2, 3, 6, 5)], "corners": [(1, 2, 4, 5)],
-          "cubic": [(1, 2, 6, 7)], "fractional": [(1, 2, 6, 4)], "decoder": [(1, 8, 6, 6), (8, 4, 2, 2)]}
-F64 = {"wide", "corners", "cubic", "fractional"}
+          "cubic": [(1, 2, 6, 7)], "fractional": [(1, 2, 6, 4)],
+          "replicate": [(2, 3, 5, 4)], "circular": [(2, 3, 5, 4)], "decoder": [(1, 8, 6, 6), (8, 4, 2, 2)]}
+F64 = {"wide", "corners", "cubic", "fractional", "circular"}
 
 MANIFEST = "[package]\nname = \"rt_decoder\"\n\n[kernels]\n" + "\n".join(
     f'[kernels.{k}]\npython = "k.py:{k}"' for k in SHAPES) + "\n\n[exports]\n" + "\n".join(
@@ -112,10 +121,14 @@ def _ir(tmp_path, name: str) -> str:
 
 def test_the_fast_forms_are_taken(tmp_path):
     """A ConvTranspose whose stride is its kernel is one convolve and no fold; a resize by 2 no product; the
-    decoder's result is written straight into the output (no copy of a reshaped value at the end)."""
+    decoder's result is written straight into the output (no copy of a reshaped value at the end); edge and wrap
+    padding are slices joined to x, not a gather of an index per element."""
     tiled = _ir(tmp_path, "tiled")
     assert "convolve[" in tiled and "fold[" not in tiled and "contract[" not in tiled, tiled
     assert "fold[" in _ir(tmp_path, "overlapping")  # (overlapping windows still add up)
     bilinear = _ir(tmp_path, "bilinear")
     assert "contract[" not in bilinear and "einsum[" not in bilinear, bilinear
     assert "contract[" in _ir(tmp_path, "fractional")  # (a fractional scale keeps the dense map)
+    for name in ("bilinear", "replicate", "circular"):
+        ir = bilinear if name == "bilinear" else _ir(tmp_path, name)
+        assert "gather[" not in ir, ir

@@ -17,7 +17,7 @@ from ..ir.types import Type
 from ._util import error
 from .create import array
 from .linalg import LETTERS
-from .shape import concatenate
+from .shape import pad_mode
 
 
 @dataclass(frozen=True)
@@ -146,9 +146,7 @@ def _upsample_taps(b, x: Atom, axis: int, s: int, lo: int, m: np.ndarray, dtype)
     starting k positions in, [.., n, 1, ..] (views) times M[:, k] [s], summed, and [.., n, s, ..] read as
     [.., n·s, ..]: one loop over the result; the taps' order is W's columns' (the dense product's sums)."""
     n, taps = x.type.shape[axis], m.shape[1]
-    edge = lambda i: b.slice(x, axis=axis, start=i, stop=i + 1)  # noqa: E731
-    hi = taps - 1 - lo
-    padded = concatenate(b, [edge(0)] * lo + [x] + [edge(n - 1)] * hi, axis) if lo or hi else x
+    padded = pad_mode(b, x, axis, lo, taps - 1 - lo, "edge")
     padded = b.reshape(padded, shape=padded.type.shape[:axis + 1] + (1,) + padded.type.shape[axis + 1:])
     along = [s if i == axis + 1 else 1 for i in range(x.type.rank + 1)]
     y = None

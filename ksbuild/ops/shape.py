@@ -220,6 +220,8 @@ def pad_mode(b, x: Atom, axis: int, lo: int, hi: int, mode: str) -> Atom:
     n = x.type.shape[axis]
     if lo == 0 and hi == 0:
         return x
+    if mode in ("edge", "wrap") and lo >= 0 and hi >= 0 and (mode == "edge" or _fits(n, max(lo, hi))):
+        return _pad_by_slices(b, x, axis, lo, hi, mode)
     total = dim_add(dim_add(lo, n), hi)
     pos = b.sub(b.iota(shape=(total,), axis=0, dtype="i64"), _lit_i64(lo))
     last = b.sub(dim_atom(b, n), _lit_i64(1))
@@ -234,6 +236,25 @@ def pad_mode(b, x: Atom, axis: int, lo: int, hi: int, mode: str) -> Atom:
     else:
         raise error(b, f"unknown pad mode '{mode}'")
     return b.gather(x, src, axis=axis)
+
+
+def _fits(n: Dim, k: int) -> bool:
+    return isinstance(n, int) and k <= n
+
+
+def _pad_by_slices(b, x: Atom, axis: int, lo: int, hi: int, mode: str) -> Atom:
+    """x with lo and hi positions joined to it along axis: its edge slices broadcast (edge) or its far ends (wrap);
+    views and one copy, where the gather of a clamped or wrapped index reads an index per element."""
+    n, shape = x.type.shape[axis], x.type.shape
+
+    def piece(start: Dim, count: int) -> Atom:
+        if mode == "wrap":
+            return b.slice(x, axis=axis, start=start, stop=dim_add(start, count))
+        one = b.slice(x, axis=axis, start=start, stop=dim_add(start, 1))
+        return one if count == 1 else b.broadcast_to(one, shape=shape[:axis] + (count,) + shape[axis + 1:])
+    low = [piece(dim_sub(n, lo) if mode == "wrap" else 0, lo)] if lo else []
+    high = [piece(0 if mode == "wrap" else dim_sub(n, 1), hi)] if hi else []
+    return concatenate(b, low + [x] + high, axis)
 
 
 def _lit_i64(v: int):
