@@ -257,6 +257,21 @@ class Attention(nn.Module):
         return self.enc(x), torch.einsum("bhqd,bhkd->bhqk", o, q).softmax(-1)
 
 
+class Strided(nn.Module):
+    """as_strided in the decomposed graph: Swin's pooler (a 1-d adaptive average pool of a transposed sequence
+    writes one, around its unit axes) and overlapping windows of a computed value taken by hand."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(6)
+        self.pool = nn.AdaptiveAvgPool1d(1)
+
+    def forward(self, x):
+        h = self.norm(x)
+        windows = torch.as_strided(h.sum(0) * 1.0, (3, 4), (5, 2), 1)
+        return torch.flatten(self.pool(h.transpose(1, 2)), 1), windows
+
+
 def make_activations():
     return _seeded(Activations), (torch.randn(3, 5),), ({0: BATCH},)
 
@@ -287,5 +302,9 @@ def make_attention():
     return _seeded(Attention), (torch.randn(3, 5, 8),), ({0: BATCH},)
 
 
+def make_strided():
+    return _seeded(Strided), (torch.randn(3, 4, 6),), ({0: BATCH},)
+
+
 ZOO = {"activations": make_activations, "conv1d": make_conv1d, "conv2d": make_conv2d, "resize": make_resize,
-       "recurrent": make_recurrent, "tensors": make_tensors, "attention": make_attention}
+       "recurrent": make_recurrent, "tensors": make_tensors, "attention": make_attention, "strided": make_strided}

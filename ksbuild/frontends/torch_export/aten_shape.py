@@ -6,7 +6,7 @@ import operator
 import numpy as np
 
 from ...ir.core import Lit, Var
-from ...ir.types import Dim, Type, dim_add
+from ...ir.types import Dim, Type, dim_add, numel
 from ...ops import create, nn
 from ...ops import index as ix
 from ...ops import shape as sh
@@ -93,6 +93,30 @@ def expand(n: Node):
 @handler("unsqueeze.default")
 def unsqueeze(n: Node):
     return sh.unsqueeze(n.b, n.x(), n.a("dim"))
+
+
+@handler("as_strided.default", "as_strided_copy.default")
+def as_strided(n: Node):
+    """torch.as_strided of a value the graph computed (torch records it row-major): when the view is that layout
+    read at another shape (a size of 1 may take any stride: what decompositions write around unit axes), a reshape;
+    else, for fixed sizes, a gather of each element's storage position from the flat value."""
+    x, size, stride = n.x(), list(n.a("size")), list(n.a("stride"))
+    offset = n.a("storage_offset", None) or 0
+    val = n.meta("self")
+    if not val.is_contiguous():
+        raise n.unsupported("as_strided of a tensor not held row-major (a view of a view)")
+    dense = [numel(size[k + 1:]) for k in range(len(size))]
+    if offset == 0 and numel(size) == numel(x.type.shape) and all(
+            d == 1 or s == want for d, s, want in zip(size, stride, dense)):
+        return sh.reshape(n.b, x, size)
+    if not all(isinstance(v, int) for v in size + stride + [offset] + list(x.type.shape)):
+        raise n.unsupported("as_strided other than a reshape with run-time sizes or strides")
+    at = offset + sum(np.arange(d).reshape([-1 if i == k else 1 for i in range(len(size))]) * st
+                      for k, (d, st) in enumerate(zip(size, stride)))
+    if at.size and (at.min() < 0 or at.max() >= numel(x.type.shape)):
+        raise n.error(f"as_strided of {x.type} with size {size}, stride {stride}, offset {offset} reads outside it")
+    flat = sh.reshape(n.b, x, [numel(x.type.shape)])
+    return n.b.gather(flat, create.array(n.b, np.asarray(at, dtype=np.int64)), axis=0)
 
 
 @handler("squeeze.dims", "squeeze.dim", "squeeze.default")
