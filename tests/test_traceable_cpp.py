@@ -153,6 +153,7 @@ def test_every_loop_nest_stands_under_a_comment_naming_its_source(gmm_cpp, tmp_p
         nests = count_names.loop_nests(cpp)
         assert len(nests) > 5 and [n for n, under in nests if not under] == []
     assert "    // gmm.py:53 (continued)\n" in gmm_cpp and "    // the result out_d_means\n" in gmm_cpp
+    assert "(continued) (continued)" not in gmm_cpp  # (a third nest of a line said it twice)
 
 
 def test_a_reverse_loops_carries_are_the_cotangents_of_the_forward_ones(gmm_cpp):

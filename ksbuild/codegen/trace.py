@@ -49,6 +49,7 @@ CONTINUED = " (continued)"
 def continued(text: str) -> str:
     """The comment of a later nest of the place `text` names: the place without the source's text (`gmm.py:92
     (continued)`)."""
+    text = text.removesuffix(CONTINUED)  # (a third nest says it once, too)
     place = text.split(": ", 1)[0]
     return (place if ".py:" in place else text) + CONTINUED
 

@@ -125,7 +125,7 @@ int drum_ring_grad(int64_t n, const double* r, double k, double* out_d_r, double
         out_d_r[i] = 0.0;
     }
     d_s = 1.0;
-    // bessel.py:32 (continued) (continued)
+    // bessel.py:32 (continued)
     for (int64_t i = n - 1; i >= 0; --i) {
         const double t1 = (-extern_call_k_mul_r[i]);
         const double mul_d_s = (d_s * t1);

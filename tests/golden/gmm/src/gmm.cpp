@@ -561,7 +561,7 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
         for (int64_t i = 0; i < K * d; ++i) {
             contract_Qs[i] = 0;
         }
-        // gmm.py:49 (continued) (continued)
+        // gmm.py:49 (continued)
         for (int64_t i = 0; i < K; ++i) {
             for (int64_t j = 0; j < d; ++j) {
                 for (int64_t k = 0; k < d; ++k) {
@@ -570,7 +570,7 @@ int gmm_gmm_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* alpha
             }
         }
     }(K, d);
-    // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
+    // gmm.py:49 (continued)
     [=](auto K, auto d) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         double* const contract_Qs = reinterpret_cast<double*>(ks_ws + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(n * K * d) + ks::aligned_bytes<double>(ks::max<int64_t>(ks::tiled_gemm_scratch<double>(d, n, d), ks::tiled_gemm_scratch<double>(d, d, n))) + ks::aligned_bytes<double>(K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n * K) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(n) + ks::aligned_bytes<double>(K * d * d) + ks::aligned_bytes<double>(K * d));
@@ -1292,7 +1292,7 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
         for (int64_t i = 0; i < K * d; ++i) {
             contract_Qs[i] = 0;
         }
-        // gmm.py:49 (continued) (continued)
+        // gmm.py:49 (continued)
         for (int64_t i = 0; i < K; ++i) {
             for (int64_t j = 0; j < d; ++j) {
                 for (int64_t k = 0; k < d; ++k) {
@@ -1301,7 +1301,7 @@ int gmm_gmm_f32_grad(int64_t K, int64_t d, int64_t T, int64_t n, const float* al
             }
         }
     }(K, d);
-    // gmm.py:49: centered = x.unsqueeze(1) - means.unsqueeze(0) # [n, K, d]
+    // gmm.py:49 (continued)
     [=](auto K, auto d) KS_STEP {
         unsigned char* const ks_ws = ks::step_base(workspace);
         float* const contract_Qs = reinterpret_cast<float*>(ks_ws + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<uint8_t>(K * d * d) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(n * K * d) + ks::aligned_bytes<float>(ks::max<int64_t>(ks::tiled_gemm_scratch<float>(d, n, d), ks::tiled_gemm_scratch<float>(d, d, n))) + ks::aligned_bytes<float>(K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n * K) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(n) + ks::aligned_bytes<float>(K * d * d) + ks::aligned_bytes<float>(K * d));
@@ -1916,7 +1916,7 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
         for (int64_t j = 0; j < K * d; ++j) {
             contract_Qs1[j] = 0;
         }
-        // gmm.py:67 (continued) (continued)
+        // gmm.py:67 (continued)
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
                 for (int64_t l = 0; l < d; ++l) {
@@ -1924,7 +1924,7 @@ int gmm_gmm_loop_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* 
                 }
             }
         }
-        // gmm.py:67: torch.logsumexp(base - 0.5 * torch.sum(torch.einsum("kab,kb->ka", Qs, x[i] - means) ** ...
+        // gmm.py:67 (continued)
         for (int64_t j = 0; j < K; ++j) {
             for (int64_t k = 0; k < d; ++k) {
                 for (int64_t l = 0; l < d; ++l) {
@@ -2499,11 +2499,11 @@ int gmm_gmm_tri_grad(int64_t K, int64_t d, int64_t T, int64_t n, const double* a
             for (int64_t j = 0; j < d; ++j) {
                 res2[j] = 0.0;
             }
-            // gmm.py:87 (continued) (continued)
+            // gmm.py:87 (continued)
             for (int64_t j = 0; j < T; ++j) {
                 index_add_mul_d_sum[j] = 0.0;
             }
-            // gmm.py:87 (continued) (continued)
+            // gmm.py:87 (continued)
             for (int64_t c = d - 1; c >= 0; --c) {
                 const int64_t sub_d_sub_c = ((d - c) - int64_t{1});
                 const int64_t add_d = (d + ks::floordiv_nonneg((c * (((2*d) - c) - int64_t{1})), int64_t{2}));

@@ -286,7 +286,7 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
     for (int64_t i = 0; i < batch * 8 * 8 * 3 * 3; ++i) {
         folded[i] = 0.0f;
     }
-    // ONNX node /conv2/Conv (Conv) (continued) (continued)
+    // ONNX node /conv2/Conv (Conv) (continued)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 8; ++j) {
             for (int64_t k = 0; k < 3; ++k) {
@@ -300,7 +300,7 @@ int onnx_cnn_cnn_vjp(int64_t batch, const float* image, const float* ct_logits, 
             }
         }
     }
-    // ONNX node /conv2/Conv (Conv)
+    // ONNX node /conv2/Conv (Conv) (continued)
     for (int64_t i = 0; i < batch * 8 * 8 * 8; ++i) {
         folded1[i] = 0.0f;
     }

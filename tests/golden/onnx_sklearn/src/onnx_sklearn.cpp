@@ -192,13 +192,13 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             joined[i * 6 + j] = tmp3[i * 3 + j];
         }
     }
-    // ONNX node SVMc (SVMClassifier) (continued) (continued)
+    // ONNX node SVMc (SVMClassifier) (continued)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 3; ++j) {
             joined[3 + i * 6 + j] = tmp4[i * 3 + j];
         }
     }
-    // ONNX node SVMc (SVMClassifier)
+    // ONNX node SVMc (SVMClassifier) (continued)
     for (int64_t i = 0; i < batch; ++i) {
         for (int64_t j = 0; j < 9; ++j) {
             gathered[i * 9 + j] = joined[i * 6 + ks::clamp_index(ks_data_10[j], 6)];
@@ -242,11 +242,11 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
     for (int64_t i = 0; i < batch * 3; ++i) {
         out_probabilities[i] = 0.3333333432674408f;
     }
-    // ONNX node SVMc (SVMClassifier) (continued) (continued)
+    // ONNX node SVMc (SVMClassifier) (continued)
     for (int64_t i = 0; i < batch; ++i) {
         res[i] = false;
     }
-    // ONNX node SVMc (SVMClassifier) (continued) (continued)
+    // ONNX node SVMc (SVMClassifier) (continued)
     for (int64_t i = 0; i < int64_t{100}; ++i) {
         int32_t acc = ks::highest<int32_t>();
         for (int64_t j = 0; j < batch; ++j) {
@@ -432,7 +432,7 @@ int onnx_sklearn_classify(int64_t batch, const float* X, int64_t* out_label, flo
             res[j] = res2[j];
         }
     }
-    // ONNX node SVMc (SVMClassifier)
+    // ONNX node SVMc (SVMClassifier) (continued)
     for (int64_t i = 0; i < batch; ++i) {
         const int64_t x_i = tmp2[i];
         const int64_t label_i = ks_data_7[ks::clamp_index(x_i, 3)];
