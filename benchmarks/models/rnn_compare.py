@@ -19,7 +19,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from bench import lstm_text  # noqa: E402
-from compare import build  # noqa: E402  (one package of all names' ONNX files, by a given checkout's ksbuild)
+from compare import arguments, build, one_thread  # noqa: E402
 from resnet_layers import medians  # noqa: E402
 
 
@@ -79,17 +79,11 @@ def row(name: str, b: int, fns: dict, sess, module) -> str:
 
 
 def main() -> None:
-    if len(sys.argv) != 5:
-        sys.exit(__doc__)
+    folder, old, names, batches = arguments(__doc__)
     import onnxruntime as ort
-    folder, old = Path(sys.argv[1]), sys.argv[2]
-    names, batches = sys.argv[3].split(","), [int(b) for b in sys.argv[4].split(",")]
-    folder.mkdir(parents=True, exist_ok=True)
     modules = export(folder, names)
     olds, news = build(folder, names, "old", old), build(folder, names, "new", None)
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts = one_thread()
     print(f"load average {os.getloadavg()[0]:.1f}\n\n| name | batch | old ms | new ms | onnxruntime ms | old / ort | "
           "new / ort | new / old | err old | err new | err torch |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
           "---:|", flush=True)
