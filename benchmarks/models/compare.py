@@ -122,17 +122,29 @@ def executorch_method(module, shape: tuple, b: int, folder: Path):
     return lambda x: method.forward((torch.from_numpy(x),))[0].numpy()
 
 
-def main() -> None:
+def arguments(usage: str) -> tuple:
+    """(FOLDER, made if missing; OLD_CHECKOUT; NAMES; BATCHES) from the command line, or exit with usage."""
     if len(sys.argv) != 5:
-        sys.exit(__doc__)
-    import onnxruntime as ort
-    import torch
-    folder, old = Path(sys.argv[1]), sys.argv[2]
-    names, batches = sys.argv[3].split(","), [int(b) for b in sys.argv[4].split(",")]
+        sys.exit(usage)
+    folder = Path(sys.argv[1])
     folder.mkdir(parents=True, exist_ok=True)
+    return folder, sys.argv[2], sys.argv[3].split(","), [int(b) for b in sys.argv[4].split(",")]
+
+
+def one_thread():
+    """onnxruntime's session options for one thread."""
+    import onnxruntime as ort
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return opts
+
+
+def main() -> None:
+    folder, old, names, batches = arguments(__doc__)
+    import onnxruntime as ort
+    import torch
+    opts = one_thread()
     et = os.environ.get("EXECUTORCH") == "1"
     print(f"load average {os.getloadavg()[0]:.1f}\n\n| name | batch | old ms | new ms | onnxruntime ms | old / ort | "
           "new / ort | new / old | err old | err new |" + (" ExecuTorch ms | new / ET | err ET |" if et else "") +

@@ -143,6 +143,15 @@ void gemms(uint64_t& state) {
             }
         }
     }
+    // (packed_gemm with fewer rows than a tile: blocks of several tiles' panels, 384 or 512 columns for one row,
+    // then a partial block; plain, accumulated, with an epilogue)
+    for (int64_t m = 1; m <= 5; ++m) {
+        for (int64_t n : {400, 1000}) {
+            for (int flags : {64, 72, 96}) {
+                check_gemm<T>(m, n, 300, flags, state);
+            }
+        }
+    }
 }
 
 // A product for ks::conv_rows written out.
