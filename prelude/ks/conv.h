@@ -1852,8 +1852,9 @@ __attribute__((noinline)) void windowed_images(const conv_shape& s, int64_t g0, 
 
 #if defined(__AVX2__) && !defined(__AVX512F__)
 // xt [n][c] = x [c][n]ᵀ (float on AVX2: pointwise_rows): blocks of 8 channels by 8 positions transposed in registers
-// (transpose8), the channels past a multiple of 8 and the positions past one one at a time.
-inline void transpose_rows(const float* x, int64_t c, int64_t n, float* xt) {
+// (transpose8), the channels past a multiple of 8 and the positions past one one at a time. (Out of line: its
+// registers spilled into conv_pointwise's frame made it 656 B.)
+__attribute__((noinline)) inline void transpose_rows(const float* x, int64_t c, int64_t n, float* xt) {
     const int64_t c8 = c - c % 8, n8 = n - n % 8;
     for (int64_t k = 0; k < c8; k += 8) {
         for (int64_t q = 0; q < n8; q += 8) {
