@@ -1,8 +1,8 @@
 """Held-out networks for benchmarks/README.md's checks (torchvision cannot be installed beside the venv's torch): the
 layouts of torchvision's resnext50_32x4d, googlenet, squeezenet1_1, mobilenet_v3_large and resnet34 written out
-here, random weights, eval mode, the batch norms' running statistics drawn at random. Not part of bench.py's table:
-run by hand against a change (benchmarks/models/compare.py builds two ksbuild versions of them and times both in turn
-with onnxruntime).
+here (and MnasNet-B1 after its paper), random weights, eval mode, the batch norms' running statistics drawn at
+random. Not part of bench.py's table: run by hand against a change (benchmarks/models/compare.py builds two ksbuild
+versions of them and times both in turn with onnxruntime).
 """
 from __future__ import annotations
 
@@ -211,5 +211,32 @@ def mobilenet_v3_large():
     return _random_statistics(MobileNetV3Large())
 
 
+def mnasnet_b1():
+    """MnasNet-B1 as its paper's figure and table give it (Tan et al., "MnasNet: Platform-Aware Neural Architecture
+    Search for Mobile", 2019; width 1.0, no squeeze-excite), written here without torchvision: a 3×3 stride-2 stem to
+    32 channels, a separable 3×3 block to 16, then MBConv blocks (expansion, stages of (expansion, kernel, out,
+    count, first stride)): (3, 3, 24, 3, 2), (3, 5, 40, 3, 2), (6, 5, 80, 3, 2), (6, 3, 96, 2, 1), (6, 5, 192, 4, 2),
+    (6, 3, 320, 1, 1); ReLU throughout, a 1×1 convolution to 1280 channels, global average pooling, a 1000-way
+    linear layer. A depthwise network no session tuned the kernels on (issue 36 item 4's held-out check)."""
+    import sys
+    from pathlib import Path
+
+    import torch
+    from torch import nn
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "onnx"))
+    from mobilenets import _conv, _inverted
+    stages = [(3, 3, 24, 3, 2), (3, 5, 40, 3, 2), (6, 5, 80, 3, 2), (6, 3, 96, 2, 1), (6, 5, 192, 4, 2),
+              (6, 3, 320, 1, 1)]
+    layers, cin = [*_conv(3, 32, 3, 2, act=nn.ReLU), *_conv(32, 32, 3, groups=32, act=nn.ReLU), *_conv(32, 16, 1)], 16
+    for t, k, cout, count, stride in stages:
+        for i in range(count):
+            layers.append(_inverted(cin, k, cin * t, cout, None, nn.ReLU, stride if i == 0 else 1, 1e-5))
+            cin = cout
+    layers += [*_conv(320, 1280, 1, act=nn.ReLU), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(1280, 1000)]
+    torch.manual_seed(0)
+    return _random_statistics(nn.Sequential(*layers))
+
+
 MODELS = {"resnext50_32x4d": resnext50_32x4d, "resnext_like": resnext_like, "googlenet": googlenet,
-          "squeezenet1_1": squeezenet1_1, "mobilenet_v3_large": mobilenet_v3_large, "resnet34": resnet34}
+          "squeezenet1_1": squeezenet1_1, "mobilenet_v3_large": mobilenet_v3_large, "resnet34": resnet34,
+          "mnasnet_b1": mnasnet_b1}

@@ -325,15 +325,16 @@ def pointwise_scratch(s: ConvShape, size: int, t: Tiles) -> int:
     (convs::windowed), a block's channels padded, its im2col rows for a group of images, their transposed result and
     (float on AVX2) the rows again as row tiles."""
     windowed = s.taps() > 1 or math.prod(s.stride) > 1 or sum(s.pad) > 0 or s.out != s.inp
-    if not windowed:
-        return _aligned(s.positions() * 2 * _panel(size))
+    tiles_of = size == 4 and t.vector_bytes == 32  # (convs::window_tiles: float on AVX2)
+    if not windowed:  # (and the image transposed: convs::pointwise_rows)
+        return _aligned(s.positions() * 2 * _panel(size)) + (_aligned(s.positions() * s.channels) if tiles_of else 0)
     cc = max(1, min(s.channels, 512 * 1024 // (s.out_channels * s.taps() * size)))  # (convs::window_channels)
     rows = max(1, 256 // s.positions()) * s.positions()  # (convs::window_images)
     plain = cc * _extent(s, 0) * _extent(s, 1) * _extent(s, 2)
     planes = cc * 4 * -(-_extent(s, 1) // 2) * -(-_extent(s, 2) // 2) if _split_rows(s) else 0
     padded = max(plain, planes) + _panel(size)  # (convs::window_padded: the channels padded or split)
     width = -(-s.out_channels // _panel(size)) * _panel(size)
-    tiled = -(-rows // t.row_block) * t.row_block * cc * s.taps() if size == 4 and t.vector_bytes == 32 else 0
+    tiled = -(-rows // t.row_block) * t.row_block * cc * s.taps() if tiles_of else 0
     return _aligned(padded) + _aligned(cc * s.taps() * rows) + _aligned(rows * width) + _aligned(tiled) + \
         _chunks_room(size, t)  # (tiled: convs::window_tiled, float on AVX2)
 

@@ -445,6 +445,66 @@ void crowded_convs(uint64_t& state) {
     }
 }
 
+// ks::conv_pointwise against the loops (float on AVX2: each image transposed first, convs::transpose_rows, whose
+// output is checked alone as well): input channels past a multiple of 8 (13, 193) and positions past one (7 × 7,
+// 14 × 14, 6 × 6), two blocks of k (1100 channels), output channels filling their last panel partly; one image and
+// three, with and without an epilogue, the scratch filled with NaN.
+template <class T>
+void pointwise_convs(uint64_t& state) {
+    constexpr int P = ks::panel_width<T>;
+    const int64_t cases[][3] = {{13, 20, 7}, {193, 33, 14}, {1100, 16, 7}, {200, 24, 6}};
+    int trial = 0;
+    for (const auto& c : cases) {
+        const ks::conv_shape s{c[0], c[1], 1, {1, c[2], c[2]}, {1, c[2], c[2]}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1},
+                               {0, 0, 0}};
+        const int64_t n = s.positions();
+#if defined(__AVX2__) && !defined(__AVX512F__)
+        if constexpr (std::is_same_v<T, float>) {
+            std::vector<float> x(c[0] * n), xt(c[0] * n);
+            for (auto& v : x) v = float(noise(state));
+            ks::convs::transpose_rows(x.data(), c[0], n, xt.data());
+            double err = 0;
+            for (int64_t k = 0; k < c[0]; ++k) {
+                for (int64_t q = 0; q < n; ++q) {
+                    err = xt[q * c[0] + k] == x[k * n + q] ? err : 1e9;
+                }
+            }
+            report<T>(err, s.depth(), "convs::transpose_rows", c[0], n, 0, 0);
+        }
+#endif
+        for (int64_t images = 1; images <= 3; images += 2) {
+            const bool epi_on = (trial++ & 1) != 0;
+            std::vector<T> x(images * c[0] * n), w(c[1] * c[0]), panels((c[1] + P - 1) / P * P * c[0], T(0));
+            for (auto& v : x) v = T(noise(state));
+            for (auto& v : w) v = T(noise(state));
+            for (int64_t p = 0; p < c[0]; ++p) {  // (wᵀ [C, M] as panels)
+                for (int64_t j = 0; j < c[1]; ++j) {
+                    panels[(j / P) * c[0] * P + p * P + j % P] = w[j * c[0] + p];
+                }
+            }
+            const auto epi = [](int64_t image, int64_t m, int64_t q, T v) {
+                return v + T(0.01) * T(m) - T(0.001) * T(q) + T(0.1) * T(image);
+            };
+            std::vector<T> want = conv_loops<T>(s, images, x, w), y(want.size() + 1, T(7));
+            std::vector<T> room(ks::pointwise_scratch<T>(s), std::numeric_limits<T>::quiet_NaN());
+            if (epi_on) {
+                ks::conv_pointwise<T>(s, images, x.data(), panels.data(), y.data(), room.data(), ks::conv_epilogue<T>(epi));
+                for (size_t e = 0; e < want.size(); ++e) {
+                    want[e] = epi(int64_t(e) / (n * c[1]), int64_t(e) / n % c[1], int64_t(e) % n, want[e]);
+                }
+            } else {
+                ks::conv_pointwise<T>(s, images, x.data(), panels.data(), y.data(), room.data());
+            }
+            double err = y.back() == T(7) ? 0 : 1e9;
+            for (size_t i = 0; i < want.size(); ++i) {
+                const double d = std::fabs(double(y[i]) - double(want[i]));
+                err = d <= err ? err : d;
+            }
+            report<T>(err, s.depth(), "conv_pointwise", c[1], n, c[0], epi_on);
+        }
+    }
+}
+
 // Strided 2-d convolutions whose rows hold four panels or more: ks::conv's `phases` methods (ks/conv.h: the image
 // split into stride phases, read by the direct path's tiles), which must be the method these shapes get: a 7 × 7
 // stride-2 stem of 3 channels, 3 × 3 stride-2 layers, strides 3 and (1, 2), odd sides, padding on one side or none,
@@ -849,6 +909,8 @@ int main(int argc, char** argv) {
     phased_convs<double>(state);
     crowded_convs<float>(state);
     crowded_convs<double>(state);
+    pointwise_convs<float>(state);
+    pointwise_convs<double>(state);
     flat_convs<float>(state);
     flat_convs<double>(state);
     split_packed_convs<float>(state);
