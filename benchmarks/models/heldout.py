@@ -1,8 +1,8 @@
 """Held-out networks for benchmarks/README.md's checks (torchvision cannot be installed beside the venv's torch): the
 layouts of torchvision's resnext50_32x4d, googlenet, squeezenet1_1, mobilenet_v3_large and resnet34 written out
-here (and wide_resnet_like, a wide residual network on resnet34's code), random weights, eval mode, the batch norms' running statistics drawn at random. Not part of bench.py's table:
-run by hand against a change (benchmarks/models/compare.py builds two ksbuild versions of them and times both in turn
-with onnxruntime).
+here (and wide_resnet_like, a wide residual network on resnet34's code), random weights, eval mode, the batch norms'
+running statistics drawn at random. Not part of bench.py's table: run by hand against a change
+(benchmarks/models/compare.py builds two ksbuild versions of them and times both in turn with onnxruntime).
 """
 from __future__ import annotations
 
