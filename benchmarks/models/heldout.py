@@ -1,8 +1,9 @@
 """Held-out networks for benchmarks/README.md's checks (torchvision cannot be installed beside the venv's torch): the
 layouts of torchvision's resnext50_32x4d, googlenet, squeezenet1_1, mobilenet_v3_large and resnet34 written out
-here (and MnasNet-B1 after its paper), random weights, eval mode, the batch norms' running statistics drawn at
-random. Not part of bench.py's table: run by hand against a change (benchmarks/models/compare.py builds two ksbuild
-versions of them and times both in turn with onnxruntime).
+here (and MnasNet-B1 after its paper; wide_resnet_like, a wide residual network on resnet34's code), random
+weights, eval mode, the batch norms' running statistics drawn at random. Not part of bench.py's table: run by hand
+against a change (benchmarks/models/compare.py builds two ksbuild versions of them and times both in turn with
+onnxruntime).
 """
 from __future__ import annotations
 
@@ -143,7 +144,7 @@ def resnext_like():
     return resnext50_32x4d((1, 1, 1, 1))
 
 
-def resnet34():
+def resnet34(counts=(3, 4, 6, 3), widths=(64, 128, 256, 512)):
     """torchvision's ResNet-34: ResNet-18's layout (benchmarks/onnx/resnet.py) with [3, 4, 6, 3] basic blocks per
     stage; its 3 × 3 convolutions of stride 1 are Winograd's (prims/convolve.py), 27 of them against ResNet-18's 12."""
     import torch
@@ -162,14 +163,21 @@ def resnet34():
             y = self.c2(torch.relu(self.c1(x)))
             return torch.relu(y + (x if self.down is None else self.down(x)))
 
-    layers, cin = [conv_bn(3, 64, 7, 2), nn.ReLU(), nn.MaxPool2d(3, 2, 1)], 64
-    for cout, count, stride in [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)]:
+    layers, cin = [conv_bn(3, widths[0], 7, 2), nn.ReLU(), nn.MaxPool2d(3, 2, 1)], widths[0]
+    for cout, count, stride in zip(widths, counts, (1, 2, 2, 2)):
         for i in range(count):
             layers.append(Block(cin, cout, stride if i == 0 else 1))
             cin = cout
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 1000)]
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, 1000)]
     torch.manual_seed(0)
     return _random_statistics(nn.Sequential(*layers))
+
+
+def wide_resnet_like():
+    """A wide residual network after Zagoruyko and Komodakis ("Wide Residual Networks", 2016) on ResNet-18's ImageNet
+    layout: [2, 2, 2, 2] basic blocks 1.5 times as wide (96, 192, 384, 768 channels; Winograd's layers of 384
+    channels at 14 × 14 and a 768-channel stage at 7 × 7, widths no other network here has)."""
+    return resnet34((2, 2, 2, 2), (96, 192, 384, 768))
 
 
 def mobilenet_v3_large():
@@ -239,4 +247,4 @@ def mnasnet_b1():
 
 MODELS = {"resnext50_32x4d": resnext50_32x4d, "resnext_like": resnext_like, "googlenet": googlenet,
           "squeezenet1_1": squeezenet1_1, "mobilenet_v3_large": mobilenet_v3_large, "resnet34": resnet34,
-          "mnasnet_b1": mnasnet_b1}
+          "mnasnet_b1": mnasnet_b1, "wide_resnet_like": wide_resnet_like}

@@ -2508,6 +2508,30 @@ struct kernel_ahead : tiles::panel_rows<T> {
 constexpr bool narrow_tiles = tiles::vector_bytes == 32;
 constexpr int narrow_rows = 3;
 
+// The channels of one k block of the narrow tiles' products: all of them while a tile's sweep of v's two panels
+// (kc rows of 2 · P elements) is at most narrow_sweep bytes, else equal blocks of at most half that. Every row tile
+// of a panel pair sweeps the same rows of v again, and u's columns are read a line per k beside them: with
+// ResNet-18's 256 channels one sweep was 32 KB, all of a Zen 3's L1. In a test program of conv_winograd alone (Zen 3,
+// x86-64-v3, in turn with the old code, load 13): 256 channels at 14 × 14 0.93-0.94 of the time at batch 1 and 8,
+// 512 at 14 × 14 0.76-0.81; 128 at 28 × 28 (16 KB) 1.00-1.06 with blocks of 64, so it keeps its one block.
+constexpr int64_t narrow_sweep = 16 * 1024;
+
+// Whether point_products runs on the narrow tiles: a transformed kernel of `channels` × m larger than prefetched_kernel.
+template <class T>
+constexpr bool narrow_products(int64_t channels, int64_t m) {
+    return narrow_tiles && 16 * channels * m * int64_t(sizeof(T)) > prefetched_kernel;
+}
+
+template <class T>
+constexpr int64_t narrow_step(int64_t channels) {
+    constexpr int64_t row = 2 * panel_width<T> * int64_t(sizeof(T)), most = narrow_sweep / 2 / row;
+    if (channels * row <= narrow_sweep) {
+        return channels;
+    }
+    const int64_t blocks = (channels + most - 1) / most;
+    return (channels + blocks - 1) / blocks;
+}
+
 // The last panel of narrow_block when their count is odd (its `cols` columns at c), rows [0, whole): tiles of
 // narrow_rows rows by one panel. (Out of line: in narrow_block, its tile made the frame 528 B.)
 template <class T>
@@ -2570,7 +2594,7 @@ __attribute__((flatten)) KS_OWN_FRAME void point_products(int64_t rows, int64_t 
     const tiles::row_tiles<T> a{u + k0 * m, 1, m, MR};
     const tiles::panel_rows<T> runs{v + k0 * run_stride<T>, run_stride<T>, P};
     if constexpr (narrow_tiles) {
-        if (16 * channels * m * int64_t(sizeof(T)) > prefetched_kernel) {
+        if (narrow_products<T>(channels, m)) {
             narrow_block<T>(rows, kc, a, kernel_ahead<T>{runs, a.data, m, true}, panels, prod, RS, count, k0 > 0);
             return;
         }
@@ -2590,7 +2614,7 @@ __attribute__((flatten)) KS_OWN_FRAME void point_products(int64_t rows, int64_t 
 template <class T>
 inline void products(int64_t rows, int64_t m, int64_t channels, const T* u, const T* v, int64_t count, T* prod) {
     constexpr int64_t RUN = run_stride<T>;
-    const int64_t step = tiles::k_step(channels);
+    const int64_t step = narrow_products<T>(channels, m) ? narrow_step<T>(channels) : tiles::k_step(channels);
     const int panels = static_cast<int>((count + panel_width<T> - 1) / panel_width<T>);
     for (int xi = 0; xi < 16; ++xi) {
         for (int64_t k0 = 0; k0 < channels; k0 += step) {

@@ -417,6 +417,45 @@ void long_row_convs(uint64_t& state) {
     }
 }
 
+// ks::conv_winograd (its kernel transformed by ks::winograd_kernel) against the loops: transformed kernels over
+// winograd::prefetched_kernel (512 KB of float), which on AVX2 run on the narrow tiles, their channels in k blocks
+// when one block's sweep of two panels would pass narrow_sweep (ResNet-18's 256 channels: blocks of 64; 200 and 136
+// channels: 4 blocks of 50, 3 of 46 and 44; 128: one block), 1 and 3 images of odd sides, an epilogue or none.
+template <class T>
+void winograd_convs(uint64_t& state) {
+    static_assert(ks::winograd::narrow_step<float>(256) == 64 && ks::winograd::narrow_step<float>(200) == 50 &&
+                  ks::winograd::narrow_step<float>(128) == 128 && ks::winograd::narrow_step<double>(136) == 46);
+    struct case_ {
+        int64_t channels, out_channels, h, w, images;
+    };
+    const case_ cases[] = {{256, 40, 7, 9, 1}, {200, 48, 9, 11, 3}, {136, 64, 6, 5, 1}, {128, 80, 5, 7, 3}};
+    int k = 0;
+    for (const case_& c : cases) {
+        const ks::conv_shape s{c.channels, c.out_channels, 1, {1, c.h, c.w}, {1, c.h, c.w}, {1, 3, 3}, {1, 1, 1},
+                               {1, 1, 1}, {0, 1, 1}};
+        std::vector<T> x(c.images * s.channels * s.in_plane()), w(s.out_channels * s.depth()), bias(s.out_channels);
+        std::vector<T> u(16 * s.channels * s.out_channels), y(c.images * s.out_channels * s.positions());
+        std::vector<T> scratch(ks::winograd_scratch<T>(s) + 64);
+        for (auto& v : x) v = T(noise(state));
+        for (auto& v : w) v = T(noise(state));
+        for (auto& v : bias) v = T(noise(state));
+        ks::winograd_kernel<T>(s.out_channels, s.channels, w.data(), u.data());
+        const bool epi_on = (k++ & 1) != 0;
+        const auto add_bias = [&](int64_t, int64_t m, int64_t, T v) { return v + bias[m]; };
+        const ks::epilogue<T> epi = ks::conv_epilogue<T>(add_bias);
+        T* aligned = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t(63));
+        ks::conv_winograd<T>(s, c.images, x.data(), u.data(), y.data(), aligned, epi_on ? epi : ks::epilogue<T>{});
+        const std::vector<T> want = conv_loops<T>(s, c.images, x, w);
+        double err = 0;
+        for (size_t i = 0; i < y.size(); ++i) {
+            const double d = double(y[i]) - double(want[i]) - (epi_on ? double(bias[i / s.positions() %
+                                                                                     s.out_channels]) : 0.0);
+            err = std::fabs(d) > err ? std::fabs(d) : err;
+        }
+        report<T>(err, s.depth(), "conv_winograd", s.out_channels, s.positions(), s.depth(), epi_on);
+    }
+}
+
 // Pointwise convolutions whose planes crowd the L1 cache's sets (ks/conv.h: convs::crowded, float on AVX2 and AVX-512):
 // MobileNetV2's 144 → 24 at 56 × 56 (12544-byte planes, 16 sets: 9 lines a set) and 72 → 8 (4.5 a set), which must run
 // by the `panels` method there and by the direct one elsewhere; 24 → 40 at 56 × 56 (1.5 lines a set), 32 → 16 at
@@ -921,6 +960,8 @@ int main(int argc, char** argv) {
     column_affines<double>(state);
     depthwise_cl_convs<float>(state);
     depthwise_cl_convs<double>(state);
+    winograd_convs<float>(state);
+    winograd_convs<double>(state);
     std::printf("%d checks, %d failed (tile %d x %d panels, one check in %d)\n", runs, failures,
                 ks::tiles::row_block, ks::tiles::panel_block, keep_every);
     return failures != 0;
