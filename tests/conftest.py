@@ -17,20 +17,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # number of tests alone (--loadscope-reorder), which put the long files of few tests (test_prelude_cpp.py: 1 test,
 # 8 C++ programs; test_wheel.py: 8 tests, a wheel of three instruction set levels and a venv) last, keeping one
 # worker busy while the other had nothing left. Only the order changes, never what runs.
-LONG_FILES = ("test_kernel_layer.py", "test_targets.py", "test_onnx_examples.py", "test_threads.py", "test_reroll.py",
-              "test_torch_op_registry.py", "test_frontend_robustness.py", "test_torch_dev_loop.py",
-              "test_aten_backend.py", "test_torch_export_vs_onnx.py", "test_qtile_aarch64.py", "test_prims_compiled.py",
-              "test_torch_export.py", "test_install_wheel.py", "test_prelude_cpp.py", "test_clang.py",
-              "test_prelude_cpp_tiles.py", "test_cache.py", "test_subproject.py", "test_torch_export_transformers.py",
-              "test_wheel.py", "test_cortex_m4_bench.py", "test_ort_backend.py", "test_gradbench.py",
-              "test_jacobians.py", "test_calls.py", "test_torch_hop.py", "test_passes.py", "test_cli.py",
-              "test_conv.py", "test_onnx_models.py", "test_generated_frames.py", "test_cache_entries.py",
-              "test_tensor_corpus.py", "test_fuzz_regressions.py", "test_memory_arena.py", "test_golden.py",
-              "test_onnx_conformance.py", "test_torch_values.py", "test_compositions.py", "test_kernel_layer_m4.py",
-              "test_fuzz.py", "test_qtile_m4.py", "test_torch_frontend.py", "test_numerics.py", "test_dispatch.py",
+LONG_FILES = ("test_kernel_layer.py", "test_targets.py", "test_onnx_examples.py", "test_torch_op_registry.py",
+              "test_frontend_robustness.py", "test_reroll.py", "test_torch_dev_loop.py", "test_torch_export.py",
+              "test_aten_backend.py", "test_clang.py", "test_prelude_cpp_tiles.py", "test_prelude_cpp.py",
+              "test_prims_compiled.py", "test_qconv_sanitized.py", "test_torch_export_vs_onnx.py",
+              "test_cortex_m4_bench.py", "test_subproject.py", "test_threads.py", "test_install_wheel.py",
+              "test_qtile_aarch64.py", "test_gradbench.py", "test_ort_backend.py",
+              "test_torch_export_transformers.py", "test_cache.py", "test_jacobians.py", "test_passes.py",
+              "test_onnx_models.py", "test_calls.py", "test_fuzz_regressions.py", "test_conv.py",
+              "test_generated_frames.py", "test_memory_arena.py", "test_onnx_conformance.py", "test_torch_values.py",
+              "test_torch_hop.py", "test_cache_entries.py", "test_torch_frontend.py", "test_compositions.py",
+              "test_fuzz.py", "test_tensor_corpus.py", "test_wheel.py", "test_cli.py", "test_golden.py",
+              "test_kernel_layer_m4.py", "test_qtile_m4.py", "test_numerics.py", "test_dispatch.py",
               "test_baremetal_link.py", "test_compiler_launcher.py", "test_affine_epilogue.py")
-# (by CPU seconds in the fresh-clone run of 97665a6, most first: every file of 15 s or more; KSBUILD_TEST_CPU_LOG
-# and scripts/test_cpu.py, 2026-11-30; but test_targets, whose cross builds take no host kernel objects, starts on
+# (by CPU seconds in the fresh-clone run of 40194e0, most first: every file of 15 s or more; KSBUILD_TEST_CPU_LOG
+# and scripts/test_cpu.py, 2026-12-01: test_qconv_sanitized, one test of 45 s new in that run and not in the list,
+# ran last of all, after the short files; then the files of the older list below 15 s; but test_targets, whose cross builds take no host kernel objects, starts on
 # the second worker beside test_kernel_layer, so that test_onnx_examples does not wait on the lock of the host
 # level's kernel objects test_kernel_layer is compiling. The files after them take 0-15 s each, so the run ends on
 # short files whatever their order. test_dispatch and test_wheel take the portable kernel layer test_onnx_examples
