@@ -772,6 +772,13 @@ constexpr int rest_panels(int rows) {
     return panels_for(padded(rows) ? min_rows : rows);
 }
 
+// The panels of packed_gemm's column blocks for m rows: panels_per_block; with fewer rows than a tall tile, whose
+// one tile covers rest_panels(m) panels, a whole number of those tiles (b is read once whatever the block). The
+// parts of a threaded product start at these blocks (ks/parts.h column_unit), so that they tile as the whole does.
+constexpr int64_t block_panels(int64_t m) {
+    return m < tall_block ? panels_per_block * rest_panels(static_cast<int>(m)) : panels_per_block;
+}
+
 // Rows [i0, m) of c (fewer than row_block): one tile of exactly that many rows, NP = panels_for(rows), or of
 // min_rows rows when padded(rows).
 // (Out of line, one function per row count, called from rest_rows' chain of tests: the chain inlined adds no
@@ -1457,8 +1464,7 @@ void packed_gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, panels<T> b
     // Blocks of panels_per_block panels; with fewer rows than a tile, b is read once whatever the block, and the
     // rows' one tile (tiles::rows_tiles) covers rest_panels(m) panels: blocks of a whole number of them, not of 4
     // panels each cut into one-panel tiles (a vector times [256 x 1024] on AVX2: 0.75-0.89 of the time).
-    const int64_t wide = m < tiles::tall_block ? tiles::rest_panels(static_cast<int>(m)) : 1;
-    const int64_t step = tiles::k_step(k), nc = tiles::panels_per_block * wide * P;
+    const int64_t step = tiles::k_step(k), nc = tiles::block_panels(m) * P;
     for (int64_t j0 = 0; j0 < n; j0 += nc) {
         const int64_t cols = n - j0 < nc ? n - j0 : nc;
         const int count = static_cast<int>((cols + P - 1) / P);

@@ -192,26 +192,31 @@ void run_shifted(const void* self, int64_t image, int64_t i, int64_t j, T* out, 
 // over k in another order). A part from the middle of a block grouped its panels otherwise: on AVX2, a linear
 // layer at batch 2 (tiles of 3 panels, blocks of 4) differed from the whole product in the last bit of 40% of its
 // outputs.
+// (With fewer rows than a tall tile, ks::packed_gemm's blocks are wider: tiles::block_panels(m); a multiple of
+// tiled_gemm's, so that a part starts at a block of either.)
 template <class T>
-constexpr int64_t column_unit = tiles::panels_per_block * panel_width<T>;
+constexpr int64_t column_unit(int64_t m) {
+    return tiles::block_panels(m) * panel_width<T>;
+}
 
 // Whether a product's parts take ranges of columns (whole blocks; at least one each), else of rows.
 template <class T>
-constexpr bool by_columns(int64_t n, int parts) {
-    return n >= parts * column_unit<T>;
+constexpr bool by_columns(int64_t m, int64_t n, int parts) {
+    return n >= parts * column_unit<T>(m);
 }
 
 // The range of a product's rows or columns a part computes.
 template <class T>
 constexpr range product_range(int64_t m, int64_t n, int part, int parts) {
-    return by_columns<T>(n, parts) ? share(n, column_unit<T>, part, parts) : share(m, tiles::row_block, part, parts);
+    return by_columns<T>(m, n, parts) ? share(n, column_unit<T>(m), part, parts)
+                                      : share(m, tiles::row_block, part, parts);
 }
 
 // The parts of an m x n product of depth k on `threads` threads: split's by columns (whole blocks) or rows.
 template <class T>
 constexpr int product_parts(int threads, int64_t m, int64_t n, int64_t k) {
-    const int64_t units = by_columns<T>(n, threads) ? (n + column_unit<T> - 1) / column_unit<T>
-                                                    : (m + tiles::row_block - 1) / tiles::row_block;
+    const int64_t units = by_columns<T>(m, n, threads) ? (n + column_unit<T>(m) - 1) / column_unit<T>(m)
+                                                       : (m + tiles::row_block - 1) / tiles::row_block;
     return split(threads, units, m * n * k);
 }
 
@@ -224,7 +229,7 @@ inline void product_ranges(int part, int parts, int64_t m, int64_t n, const epil
     }
     // (An affine epilogue by column, ks::column_affine_epilogue: its first index is a column's, not a row's.)
     const bool by_column = epi.run == nullptr && epi.swapped;
-    if (!by_columns<T>(n, parts)) {
+    if (!by_columns<T>(m, n, parts)) {
         call(r.size(), n, r.begin, int64_t(0), by_column ? epi : epi.group(0, r.begin));
         return;
     }
