@@ -1461,9 +1461,8 @@ void packed_gemm(int64_t m, int64_t n, int64_t k, matrix<const T> a, panels<T> b
         epi(0, 0, c.data, c.rs, c.cs, m, n);
         return;
     }
-    // Blocks of panels_per_block panels; with fewer rows than a tile, b is read once whatever the block, and the
-    // rows' one tile (tiles::rows_tiles) covers rest_panels(m) panels: blocks of a whole number of them, not of 4
-    // panels each cut into one-panel tiles (a vector times [256 x 1024] on AVX2: 0.75-0.89 of the time).
+    // (tiles::block_panels: with fewer rows than a tile, whole tiles of the rows, not 4 panels each cut into
+    // one-panel tiles: a vector times [256 x 1024] on AVX2 in 0.75-0.89 of the time.)
     const int64_t step = tiles::k_step(k), nc = tiles::block_panels(m) * P;
     for (int64_t j0 = 0; j0 < n; j0 += nc) {
         const int64_t cols = n - j0 < nc ? n - j0 : nc;
