@@ -272,6 +272,40 @@ class Strided(nn.Module):
         return torch.flatten(self.pool(h.transpose(1, 2)), 1), windows
 
 
+class Scatters(nn.Module):
+    """scatter (src, value), scatter_reduce (sum, amax) and scatter_add with a src larger than the index (only its
+    leading block is read; its `detach` must stop the gradient: vjp checks it), the indices computed from x: top-k
+    positions as a mixture of experts routes tokens."""
+
+    def forward(self, x):
+        top, idx = torch.topk(x, 2, dim=1)
+        routed = torch.zeros_like(x).scatter(1, idx, torch.softmax(top, 1))
+        marked = x.scatter(1, idx[:, :1], -1.5)
+        bins = (x.abs() * 3).long() % 4
+        sums = torch.zeros(x.shape[0], 4).scatter_reduce(1, bins, x * x, "sum")
+        peaks = torch.full((x.shape[0], 4), -2.0).scatter_reduce(1, bins, x, "amax")
+        added = torch.ones(x.shape[0], 6).scatter_add(1, idx, torch.cat([x, x], 1).detach()) * x
+        return routed, marked, sums, peaks, added
+
+
+class Sampling(nn.Module):
+    """A spatial transformer's sampling: affine_grid of a theta computed from x, then grid_sample with each
+    interpolation and padding mode (bicubic with border padding clamps each tap, not the point)."""
+
+    def __init__(self):
+        super().__init__()
+        self.loc = nn.Linear(2, 6)
+
+    def forward(self, x):
+        theta = torch.tanh(self.loc(x.mean((2, 3)))).view(-1, 2, 3) * 1.2
+        grid = nn.functional.affine_grid(theta, [x.shape[0], 2, 5, 6], align_corners=False)
+        sample = nn.functional.grid_sample
+        return (sample(x, grid, align_corners=False), sample(x, grid, "nearest", "border", align_corners=False),
+                sample(x, grid, "bicubic", "border", align_corners=True), sample(x, grid, "bicubic", "reflection",
+                                                                                 align_corners=False),
+                sample(x, grid, "bilinear", "reflection", align_corners=True))
+
+
 def make_activations():
     return _seeded(Activations), (torch.randn(3, 5),), ({0: BATCH},)
 
@@ -306,5 +340,13 @@ def make_strided():
     return _seeded(Strided), (torch.randn(3, 4, 6),), ({0: BATCH},)
 
 
-ZOO = {"activations": make_activations, "conv1d": make_conv1d, "conv2d": make_conv2d, "resize": make_resize,
+def make_scatters():
+    return _seeded(Scatters), (torch.randn(3, 6),), ({0: BATCH},)
+
+
+def make_sampling():
+    return _seeded(Sampling), (torch.randn(3, 2, 7, 9),), ({0: BATCH},)
+
+
+ZOO = {"scatters": make_scatters, "sampling": make_sampling, "activations": make_activations, "conv1d": make_conv1d, "conv2d": make_conv2d, "resize": make_resize,
        "recurrent": make_recurrent, "tensors": make_tensors, "attention": make_attention, "strided": make_strided}

@@ -225,7 +225,7 @@ def grid_sample(b, x: Atom, grid: Atom, mode: str, padding: str, align_corners: 
             b.div(b.sub(b.mul(b.add(g, lit(1)), lit(s)), lit(1)), lit(2))
         if mode == "nearest":
             p = round_half_even(b, p)
-        if padding == "border":
+        if padding == "border" and mode != "cubic":  # (cubic: each tap clamped below, as torch and onnxruntime do)
             p = b.max(b.min(p, lit(s - 1)), lit(0))
         elif padding == "reflection":
             p = _reflect(b, p, lo[d], hi[d])
@@ -260,7 +260,10 @@ def grid_sample(b, x: Atom, grid: Atom, mode: str, padding: str, align_corners: 
         if padding == "zeros":
             weight = b.select(ok, weight, lit(0))
         vals = b.gather(rows, flat, axis=0)
-        term = b.mul(vals, b.reshape(weight, shape=out_shape + (1,)))
+        if weight.type.rank == 0:  # (nearest without zeros padding: the one tap's weight is the literal 1)
+            term = vals
+        else:
+            term = b.mul(vals, b.reshape(weight, shape=out_shape + (1,)))
         total = term if total is None else b.add(total, term)
     r = total.type.rank
     return b.transpose(total, perm=(0, r - 1) + tuple(range(1, r - 1)))

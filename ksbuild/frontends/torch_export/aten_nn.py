@@ -274,3 +274,20 @@ def upsample(n: Node):
         raise n.unsupported("resizing a symbolic spatial axis")
     return resize.torch_interpolate(n.b, x, list(out), n.a("scale_factors", None), UPSAMPLE[n.op.split(".")[1]],
                                     bool(n.a("align_corners", False)))
+
+
+GRID_MODES = ("linear", "nearest", "cubic")  # grid_sampler's interpolation_mode 0, 1, 2 (bicubic: a = -0.75, as ONNX's)
+GRID_PADDINGS = ("zeros", "border", "reflection")  # its padding_mode 0, 1, 2
+
+
+@handler("grid_sampler_2d.default", "grid_sampler_3d.default", "grid_sampler.default")
+def grid_sampler(n: Node):
+    """F.grid_sample: input sampled at grid's normalized points (ONNX GridSample's computation)."""
+    from ...ops import resize
+    mode, padding = n.a("interpolation_mode"), n.a("padding_mode")
+    if mode not in range(len(GRID_MODES)) or padding not in range(len(GRID_PADDINGS)):
+        raise n.unsupported(f"grid_sample with interpolation_mode={mode}, padding_mode={padding}")
+    if mode == 2 and n.x("input").type.rank != 4:
+        raise n.unsupported("bicubic grid_sample of a volume")
+    return resize.grid_sample(n.b, n.x("input"), n.x("grid"), GRID_MODES[mode], GRID_PADDINGS[padding],
+                              bool(n.a("align_corners")))

@@ -37,9 +37,13 @@ def sym_size(n: Node):
 @handler("clone.default", "alias.default", "lift_fresh_copy.default", "detach.default", "contiguous.default",
          "dropout.default", "native_dropout.default")
 def identity(n: Node):
+    """x itself; a detach (which run_decompositions turns into an alias, its node still naming aten.detach) as a
+    stop_gradient: torch does not differentiate through it, and neither may vjp and jvp."""
     if n.op.endswith("dropout.default") and n.a("train", False):
         raise n.unsupported("dropout in training mode")
     x = n.x("input") if "dropout" in n.op else n.x()
+    if n.op == "detach.default" or str(n.node.meta.get("original_aten")) == "aten.detach.default":
+        return n.b.stop_gradient(x)
     return (x, None) if n.op.endswith("native_dropout.default") else x
 
 
@@ -254,10 +258,47 @@ def gather(n: Node):
     return ix.gather_elements(n.b, n.x(), n.x("index"), n.a("dim"))
 
 
+def _scatter_src(n: Node):
+    """scatter's src: its leading block of index's shape (torch reads no more of a larger src), or the scalar
+    `value` broadcast to that shape."""
+    index = n.x("index")
+    if n.a("value", None) is not None:
+        return n.b.broadcast_to(n.operand(n.a("value"), n.x().type.dtype), shape=index.type.shape)
+    src = n.x("src")
+    for axis, (have, want) in enumerate(zip(src.type.shape, index.type.shape)):
+        if have != want:
+            src = sh.strided_slice(n.b, src, axis, 0, want, 1)
+    return src
+
+
+SCATTER_REDUCE = {"sum": "add", "add": "add", "prod": "mul", "multiply": "mul", "amax": "max", "amin": "min"}
+
+
 @handler("scatter_add.default")
 def scatter_add(n: Node):
     """x with src added at index along dim (repeats add up)."""
-    return ix.scatter_elements(n.b, n.x(), n.x("index"), n.x("src"), n.a("dim"), "add")
+    return ix.scatter_elements(n.b, n.x(), n.x("index"), _scatter_src(n), n.a("dim"), "add")
+
+
+@handler("scatter.src", "scatter.value", "scatter.reduce", "scatter.value_reduce")
+def scatter(n: Node):
+    """x with src (or value) put at index along dim; with reduce= "add" or "multiply", combined."""
+    reduce = n.a("reduce", None)
+    if reduce is not None and reduce not in SCATTER_REDUCE:
+        raise n.unsupported(f"scatter with reduce={reduce!r}")
+    return ix.scatter_elements(n.b, n.x(), n.x("index"), _scatter_src(n), n.a("dim"),
+                               SCATTER_REDUCE[reduce] if reduce else "none")
+
+
+@handler("scatter_reduce.two")
+def scatter_reduce(n: Node):
+    """x with src combined at index along dim by sum, prod, amax or amin (include_self=True, torch's default)."""
+    reduce = n.a("reduce")
+    if reduce not in SCATTER_REDUCE:
+        raise n.unsupported(f"scatter_reduce with reduce={reduce!r}", hint="sum, prod, amax and amin are")
+    if not n.a("include_self", True):
+        raise n.unsupported("scatter_reduce with include_self=False", hint="leave include_self at its default, True")
+    return ix.scatter_elements(n.b, n.x(), n.x("index"), _scatter_src(n), n.a("dim"), SCATTER_REDUCE[reduce])
 
 
 @handler("index_add.default")
