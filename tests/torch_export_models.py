@@ -348,5 +348,6 @@ def make_sampling():
     return _seeded(Sampling), (torch.randn(3, 2, 7, 9),), ({0: BATCH},)
 
 
-ZOO = {"scatters": make_scatters, "sampling": make_sampling, "activations": make_activations, "conv1d": make_conv1d, "conv2d": make_conv2d, "resize": make_resize,
+ZOO = {"scatters": make_scatters, "sampling": make_sampling,
+       "activations": make_activations, "conv1d": make_conv1d, "conv2d": make_conv2d, "resize": make_resize,
        "recurrent": make_recurrent, "tensors": make_tensors, "attention": make_attention, "strided": make_strided}

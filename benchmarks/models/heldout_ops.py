@@ -102,7 +102,8 @@ class PointNet(nn.Module):
 class STN(nn.Module):
     def __init__(self):
         super().__init__()
-        self.loc = nn.Sequential(nn.Conv2d(1, 8, 5), nn.MaxPool2d(2), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 12 * 12, 6))
+        self.loc = nn.Sequential(nn.Conv2d(1, 8, 5), nn.MaxPool2d(2), nn.ReLU(), nn.Flatten(),
+                                 nn.Linear(8 * 12 * 12, 6))
         with torch.no_grad():
             self.loc[-1].weight.mul_(0.01)
             self.loc[-1].bias.copy_(torch.tensor([1.0, 0, 0, 0, 1, 0]))
