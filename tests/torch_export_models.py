@@ -306,6 +306,28 @@ class Sampling(nn.Module):
                 sample(x, grid, "bilinear", "reflection", align_corners=True))
 
 
+class Stopped(nn.Module):
+    """Values torch's autograd does not differentiate through: a teacher layer under torch.no_grad() (a no_grad
+    nested in it), a set_grad_enabled(False) span, a detach, and an enable_grad inside a no_grad (differentiated)."""
+
+    def __init__(self):
+        super().__init__()
+        self.teacher, self.student = nn.Linear(5, 4), nn.Linear(5, 4)
+
+    def forward(self, x):
+        with torch.no_grad():
+            target = torch.softmax(self.teacher(x), -1)
+            with torch.no_grad():
+                target = target * 2
+            with torch.enable_grad():
+                kept = x.sum(-1, keepdim=True)
+        torch.set_grad_enabled(False)
+        scale = x.abs().mean()
+        torch.set_grad_enabled(True)
+        loss = ((torch.log_softmax(self.student(x), -1) - target) ** 2).sum(-1, keepdim=True)
+        return loss * scale + kept * x.detach().amax(-1, keepdim=True)
+
+
 def make_activations():
     return _seeded(Activations), (torch.randn(3, 5),), ({0: BATCH},)
 
@@ -348,6 +370,10 @@ def make_sampling():
     return _seeded(Sampling), (torch.randn(3, 2, 7, 9),), ({0: BATCH},)
 
 
-ZOO = {"scatters": make_scatters, "sampling": make_sampling,
+def make_stopped():
+    return _seeded(Stopped), (torch.randn(3, 5),), ({0: BATCH},)
+
+
+ZOO = {"scatters": make_scatters, "sampling": make_sampling, "stopped": make_stopped,
        "activations": make_activations, "conv1d": make_conv1d, "conv2d": make_conv2d, "resize": make_resize,
        "recurrent": make_recurrent, "tensors": make_tensors, "attention": make_attention, "strided": make_strided}

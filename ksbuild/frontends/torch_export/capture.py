@@ -59,6 +59,7 @@ class Captured:
     program: Any  # torch.export.ExportedProgram
     dim_names: dict  # sympy Symbol -> the dim's name
     model: Model
+    no_grad: bool = False  # whether the program has no-grad regions (no_grad_regions)
 
     @property
     def file(self) -> Path:
@@ -68,8 +69,8 @@ class Captured:
 def capture(source: str, root: Path, make: str, loc: Location | None) -> Captured:
     """Call make(), export its module in eval mode and decompose it to core ATen."""
     model = load_model(source, root, make, loc)
-    program = _export(model)
-    return Captured(program, dim_names(program, model), model)
+    program, no_grad = _export(model)
+    return Captured(program, dim_names(program, model), model, no_grad)
 
 
 def load_model(source: str, root: Path, make: str, loc: Location | None) -> Model:
@@ -241,8 +242,39 @@ def _export(model: Model):
         exporting = _user_code(model.file, "torch.export.export", _with_parent(model.file))
         with exporting, _flat_outputs(module, model.file), _whole_stack_traces():
             program = torch.export.export(module, model.args, dynamic_shapes=model.dynamic_shapes)
+        no_grad = no_grad_regions(program.graph_module, model.file)
         with _with_parent(model.file):
-            return _decompose(program, model.file)
+            return _decompose(program, model.file), no_grad
+
+
+NO_GRAD_FN = "WrapWithSetGradEnabled.wrap_with_set_grad_enabled"
+"""The "torch_fn" (its second entry) of the nodes run_decompositions inlines from a no-grad region's body."""
+
+
+def no_grad_regions(module, file: Path) -> bool:
+    """Whether the program (before its decomposition) has `torch.no_grad()` or `set_grad_enabled(False)` regions:
+    torch.export writes each as a wrap_with_set_grad_enabled(False, body) call (an enable_grad inside one splits
+    it: the inner code at the top level, between two such calls), and run_decompositions inlines the body, its
+    nodes citing NO_GRAD_FN in their "torch_fn": the importer stops the gradient there, as torch's autograd does.
+    A region that turns gradients on (an export run under no_grad) is refused: inlined, the two kinds could not be
+    told apart. (torch.inference_mode leaves no trace in the program: its values are differentiated as any other.)"""
+    import torch
+    found = False
+    for node in module.graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.higher_order.wrap_with_set_grad_enabled:
+            if node.args[0]:
+                raise KsbuildError("a torch.enable_grad() (or set_grad_enabled(True)) region in the exported program "
+                                   "is not supported", _traced_line(node, file),
+                                   hint="export the model with gradients enabled, no_grad regions inside it")
+            found = True
+            no_grad_regions(getattr(module, node.args[1].target), file)
+    return found
+
+
+def _traced_line(node, file: Path) -> Location:
+    """The user's line in a node's stack trace, else the model's file."""
+    frames = traceback.StackSummary.from_list(parse_trace(node.meta.get("stack_trace") or ""))
+    return origin_frame(frames, file) or Location(str(file))
 
 
 def _decompose(program, file: Path):

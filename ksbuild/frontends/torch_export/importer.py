@@ -20,7 +20,7 @@ from ...ir.builder import Builder
 from ...ir.core import Atom, Func, Lit, Var
 from ...ir.types import Type
 from ...ops.create import array
-from .capture import Captured, origin_frame, parse_trace
+from .capture import NO_GRAD_FN, Captured, origin_frame, parse_trace
 from .fold import evaluate, lookup
 from .hop import is_hop, visit_hop
 from .node import HANDLERS, SYM_OPS, Dims, Node, ir_dtype
@@ -211,7 +211,14 @@ class Importer:
             result = fn(n)
         except KsbuildError as e:
             raise e.at(loc) from None
-        self.env[node] = self.checked(node, result, loc)
+        self.env[node] = self.no_grad(node, self.checked(node, result, loc))
+
+    def no_grad(self, node, result):
+        """A node of a torch.no_grad() region (capture.no_grad_regions): its float results as stop_gradients."""
+        if not self.captured.no_grad or (node.meta.get("torch_fn") or ("", ""))[1] != NO_GRAD_FN:
+            return result
+        stop = lambda v: self.b.stop_gradient(v) if isinstance(v, Var) and v.type.is_float else v  # noqa: E731
+        return type(result)(stop(v) for v in result) if isinstance(result, (tuple, list)) else stop(result)
 
     def sym_op(self, node, loc: Location):
         """Size arithmetic on SymInts (x.size(0) * 4): the dim expression."""
