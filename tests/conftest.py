@@ -20,8 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 LONG_FILES = ("test_kernel_layer.py", "test_targets.py", "test_onnx_examples.py", "test_torch_op_registry.py",
               "test_frontend_robustness.py", "test_reroll.py", "test_torch_dev_loop.py", "test_torch_export.py",
               "test_aten_backend.py", "test_clang.py", "test_prelude_cpp_tiles.py", "test_prelude_cpp.py",
-              "test_prims_compiled.py", "test_qconv_sanitized.py", "test_torch_export_vs_onnx.py",
-              "test_cortex_m4_bench.py", "test_subproject.py", "test_threads.py", "test_install_wheel.py",
+              "test_prims_compiled.py", "test_qconv_sanitized.py", "test_int8_levels.py",
+              "test_torch_export_vs_onnx.py", "test_cortex_m4_bench.py", "test_subproject.py", "test_threads.py",
+              "test_install_wheel.py",
               "test_qtile_aarch64.py", "test_gradbench.py", "test_ort_backend.py",
               "test_torch_export_transformers.py", "test_cache.py", "test_jacobians.py", "test_passes.py",
               "test_onnx_models.py", "test_calls.py", "test_fuzz_regressions.py", "test_conv.py",
@@ -38,7 +39,8 @@ LONG_FILES = ("test_kernel_layer.py", "test_targets.py", "test_onnx_examples.py"
 # short files whatever their order. test_dispatch and test_wheel take the portable kernel layer test_onnx_examples
 # compiles, far enough behind it not to wait on its lock. Until 2026-12-01 the list was an older run's costliest
 # files and left files of 25-30 s (test_passes, test_cli, test_jacobians, test_torch_hop) to the order by number of
-# tests.)
+# tests. test_int8_levels, new on 2026-12-01 (one test, 80 s at load 5: a portable int8 build at every level), is
+# placed beside test_qconv_sanitized by hand.)
 
 
 def pytest_configure(config):

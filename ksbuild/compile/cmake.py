@@ -33,7 +33,20 @@ HEARTBEAT = 15.0  # seconds between "still compiling" lines while one object com
 
 # The kernel layer's parts (packaging/render.py: KERNEL_PART_CALLS) in words
 PART_WORDS = {"products32": "float matrix products", "products64": "double matrix products",
-              "convs32": "float convolutions", "convs64": "double convolutions", "int8": "integer kernels"}
+              "convs32": "float convolutions", "convs64": "double convolutions",
+              "int8u": "integer kernels of uint8 activations", "int8s": "integer kernels of int8 activations"}
+
+KERNEL_OBJECT = re.compile(r"(?P<level>\w+)_(?P<part>(?:products|convs)(?:32|64)?|int8[us]?)(?P<own>_own)?")
+
+
+def kernel_object_name(name: str) -> tuple[str, str, bool]:
+    """The level, the part and whether it holds its level's tiles alone (_own) of a kernel layer object's name without
+    kernels_ and .o, e.g. x86_64_v3_convs32 or x86_64_int8u_own (templates/CMakeLists.txt.j2: P_kernel_layer)."""
+    found = KERNEL_OBJECT.fullmatch(name)
+    if found is None:
+        level, _, part = name.rpartition("_")
+        return level, part, False
+    return found["level"], found["part"], bool(found["own"])
 
 
 def _compile_step(line: str) -> str | None:
@@ -45,8 +58,9 @@ def _compile_step(line: str) -> str | None:
     if language == "ASM":  # (the weights' blob: one .incbin, assembled at once: codegen/data.py)
         return f"{Path(source).name} (the weights)"
     if source.endswith("ks/kernels.cpp"):
-        level, _, part = target.rpartition("_kernels_")[2].rpartition("_")
-        return f"the kernel layer's {PART_WORDS.get(part, part)} ({level.replace('_', '-')})"
+        level, part, own = kernel_object_name(target.rpartition("_kernels_")[2])
+        tiles = ", its level's tiles alone" if own else ""
+        return f"the kernel layer's {PART_WORDS.get(part, part)}{tiles} ({level.replace('_', '-')})"
     if re.search(r"_prelude_\w+$", target) and source.endswith(".h"):  # (CMakeLists.txt: P_precompiled_prelude)
         return f"the prelude header ({target.rpartition('_prelude_')[2].replace('_', '-')}, precompiled once)"
     level = re.search(r"_(x86_64(?:_v\d)?)$", target)

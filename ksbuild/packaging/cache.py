@@ -325,11 +325,14 @@ def _entry_info(d: Path) -> dict:
 
 
 def _kernel_info(d: Path) -> dict:
-    """The instruction set levels and parts (products32, products64, convs32, convs64, int8) a kernel object folder
-    holds, whether their call graphs (.ci) are there, and the levels of its precompiled prelude headers
-    (prelude_<level>.h.gch: packages of loops alone make those too)."""
-    levels = sorted({f.name[len("kernels_"):-2].rpartition("_")[0] for f in d.glob("kernels_*.o")})
-    parts = sorted({f.name[:-2].rpartition("_")[2] for f in d.glob("kernels_*.o")})
+    """The instruction set levels and parts (products32, products64, convs32, convs64, int8u, int8s; int8u_own and
+    int8s_own: a portable build's lower levels' int8 objects) a kernel object folder holds, whether their call graphs
+    (.ci) are there, and the levels of its precompiled prelude headers (prelude_<level>.h.gch: packages of loops alone
+    make those too)."""
+    from ..compile.cmake import kernel_object_name
+    names = [kernel_object_name(f.name[len("kernels_"):-2]) for f in d.glob("kernels_*.o")]
+    levels = sorted({level for level, _, _ in names})
+    parts = sorted({part + ("_own" if own else "") for _, part, own in names})
     headers = sorted(f.name[len("prelude_"):-len(".h.gch")] for f in d.glob("prelude_*.h.gch"))
     try:  # what package.py wrote there: target, cpu, threads, compiler
         about = json.loads((d / "about.json").read_text())

@@ -2228,7 +2228,9 @@ KS_DOTS void conv_dots(const narrow_shape<U>& narrow, int64_t images, const T* x
 
 namespace winograd {
 
-// The tiles transformed and multiplied at a time: a few panels of them.
+// The tiles transformed and multiplied at a time: a few panels of them. A block takes the tiles of all images in turn,
+// an image's last ones with the next image's first (ResNet-18's 7 × 7 tiles at 14 × 14: with a block per image, 15 of
+// each 64 products' columns were padding; at batch 8 the layer took 0.84-0.86 of the time: docs/performance.md).
 template <class T>
 constexpr int64_t tile_block = KS_WINOGRAD_PANELS * panel_width<T>;
 
@@ -2309,6 +2311,18 @@ inline void for_tile_rows(int64_t tw, int64_t t0, int64_t count, const Run& run)
     }
 }
 
+// Calls run(n, t0, count, col) for each image n met by tiles [b0, b0 + count) of all images' tiles (`per_image` each,
+// image after image): its tiles t0 .. t0 + count - 1, at the block's column `col` on.
+template <class Run>
+inline void for_images(int64_t per_image, int64_t b0, int64_t count, const Run& run) {
+    int64_t n = tiles::index_div(b0, per_image), t0 = b0 - n * per_image;
+    for (int64_t col = 0; col < count; ++n, t0 = 0) {
+        const int64_t part = per_image - t0 < count - col ? per_image - t0 : count - col;
+        run(n, t0, part, col);
+        col += part;
+    }
+}
+
 // Tiles j0 .. j1 - 1 of tile row i of one channel of the split image (its first row at r0, rows ww apart)
 // transformed (Bᵀ d B) into oc[ξ·xs + j], a vector of tiles at a time. The lanes of the last vector
 // past j1 compute tiles that are not there, stored into the run's room or over the next tile row's slots,
@@ -2346,19 +2360,19 @@ inline void input_row(const T* r0, int64_t ww, int64_t j0, int64_t j1, T* oc, in
     }
 }
 
-// v [16][C][run]: the tiles [t0, t0 + count) of the split image transformed, channel by channel; the block's
-// columns from `count` up to a whole panel are zero.
+// v [16][C][run]: the tiles [t0, t0 + count) of the split image transformed, channel by channel, into the block's
+// columns [col, col + count); the columns from there up to `end` are zero (a block's last image: up to a whole panel).
 template <class T>
-__attribute__((noinline)) void input_tiles(const conv_shape& s, const T* image, int64_t t0, int64_t count, T* v) {
+__attribute__((noinline)) void input_tiles(const conv_shape& s, const T* image, int64_t t0, int64_t count, T* v,
+                                           int64_t col, int64_t end) {
     const int64_t ww = padded_row(s), tw = ww / 2 - 1, plane = padded_rows(s) * ww, xs = point_stride<T>(s.channels);
-    const int64_t padded = (count + panel_width<T> - 1) / panel_width<T> * panel_width<T>;
     for (int64_t c = 0; c < s.channels; ++c) {
         T* vc = v + c * run_stride<T>;
         for_tile_rows(tw, t0, count, [=](int64_t i, int64_t j0, int64_t j1, int64_t first) {
-            input_row<T>(image + c * plane + 2 * i * ww, ww, j0, j1, vc + first - j0, xs);
+            input_row<T>(image + c * plane + 2 * i * ww, ww, j0, j1, vc + col + first - j0, xs);
         });
         for (int xi = 0; xi < 16; ++xi) {
-            for (int64_t t = count; t < padded; ++t) {
+            for (int64_t t = col + count; t < end; ++t) {
                 vc[xi * xs + t] = T(0);
             }
         }
@@ -2714,7 +2728,9 @@ constexpr int64_t winograd_scratch(const conv_shape& s) {
 
 namespace winograd {
 
-// conv_winograd's output channels [first, first + mc) (RANGE false: all, first and mc constants).
+// conv_winograd's output channels [first, first + mc) (RANGE false: all, first and mc constants). Each image is split
+// when its first tiles are transformed (a block's images one after another: the split image is the last one's), and
+// computed again directly (direct_image) once its last tiles are stored if one of its values was infinite or NaN.
 template <class T, bool RANGE>
 __attribute__((always_inline)) inline void channels(const conv_shape& s, int64_t images, const T* x, const T* u, T* y,
                                                     T* scratch, const epilogue<T>& epi, int64_t first, int64_t mc) {
@@ -2730,19 +2746,28 @@ __attribute__((always_inline)) inline void channels(const conv_shape& s, int64_t
     T* image = scratch;
     T* v = image + convs::aligned(channels * winograd::padded_rows(s) * winograd::padded_row(s) + winograd::lanes<T>);
     T* prod = v + 16 * winograd::point_stride<T>(channels);
-    for (int64_t n = 0; n < images; ++n) {
-        winograd::split_image<T>(s, x + n * channels * s.in_plane(), image);
-        T* yn = y + (n * m + first) * s.out[1] * s.out[2];
-        bool bad = false;
-        for (int64_t t0 = 0; t0 < tiles_all; t0 += TB) {
-            const int64_t count = tiles_all - t0 < TB ? tiles_all - t0 : TB;
-            winograd::input_tiles<T>(s, image, t0, count, v);
-            winograd::products<T>(mc, m, channels, u + first, v, count, prod);
-            bad |= winograd::output_tiles<T, RANGE>(s, first, mc, prod, t0, count, n, yn, epi);
-        }
-        if (bad) {  // an infinite or NaN value: the image again, directly (IEEE's infinities, no overflow)
-            winograd::direct_image<T>(s, first, mc, x + n * channels * s.in_plane(), u, n, yn, epi);
-        }
+    const int64_t plane = s.out[1] * s.out[2], total = images * tiles_all;
+    bool bad = false;  // (of the image whose tiles are being computed)
+    for (int64_t b0 = 0; b0 < total; b0 += TB) {  // blocks of TB tiles of all images, an image's last with the next's
+        const int64_t count = total - b0 < TB ? total - b0 : TB;
+        const int64_t end = (count + panel_width<T> - 1) / panel_width<T> * panel_width<T>;
+        for_images(tiles_all, b0, count, [&](int64_t n, int64_t t0, int64_t part, int64_t col) {
+            if (t0 == 0) {
+                winograd::split_image<T>(s, x + n * channels * s.in_plane(), image);
+            }
+            winograd::input_tiles<T>(s, image, t0, part, v, col, col + part < count ? col + part : end);
+        });
+        winograd::products<T>(mc, m, channels, u + first, v, count, prod);
+        for_images(tiles_all, b0, count, [&](int64_t n, int64_t t0, int64_t part, int64_t col) {
+            T* yn = y + (n * m + first) * plane;
+            bad |= winograd::output_tiles<T, RANGE>(s, first, mc, prod + col, t0, part, n, yn, epi);
+            if (t0 + part == tiles_all) {  // the image's last tiles
+                if (bad) {  // an infinite or NaN value: the image again, directly (IEEE's infinities, no overflow)
+                    winograd::direct_image<T>(s, first, mc, x + n * channels * s.in_plane(), u, n, yn, epi);
+                }
+                bad = false;
+            }
+        });
     }
 }
 

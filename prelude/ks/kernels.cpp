@@ -4,9 +4,10 @@
 // KS_KERNELS_PRODUCTS32 (64) the matrix products of ks/gemm.h for float (double) (kernels_<level>_products32.o), with
 // KS_KERNELS_CONVS32 (64) the convolutions and pooling of ks/conv.h and ks/maxpool.h and the products again for that
 // type (kernels_<level>_convs32.o: one translation unit, as the products and the convolutions share the register tiles
-// and GCC's local copies of them; a package that calls both links this object alone), with KS_KERNELS_INT8 the int8
-// kernels of ks/qconv.h (kernels_<level>_int8.o, linked beside either). KS_KERNELS_PRODUCTS and KS_KERNELS_CONVS
-// (or neither: the products) compile a part for both types.
+// and GCC's local copies of them; a package that calls both links this object alone), with KS_KERNELS_INT8U (INT8S)
+// the int8 kernels of ks/qconv.h for uint8_t (int8_t) activations, of either output type (kernels_<level>_int8u.o,
+// kernels_<level>_int8s.o, linked beside either). KS_KERNELS_PRODUCTS, KS_KERNELS_CONVS and KS_KERNELS_INT8 (or
+// none: the products) compile a part for both types.
 #if defined(KS_KERNELS_PRODUCTS32) || defined(KS_KERNELS_PRODUCTS64)
 #define KS_KERNELS_PRODUCTS  // (ks/gemm.h: the products' object)
 #endif
@@ -16,13 +17,17 @@
 namespace ks {
 inline namespace KS_KERNELS KS_HIDDEN {
 
-#if defined(KS_KERNELS_INT8)
+#if defined(KS_KERNELS_INT8U) || defined(KS_KERNELS_INT8S) || defined(KS_KERNELS_INT8)
+#ifndef KS_KERNELS_INT8S
 KS_QUANT_LAYER(template, uint8_t, uint8_t)
 KS_QUANT_LAYER(template, uint8_t, int8_t)
+KS_QSUMS_LAYER(template, uint8_t)
+#endif
+#ifndef KS_KERNELS_INT8U
 KS_QUANT_LAYER(template, int8_t, uint8_t)
 KS_QUANT_LAYER(template, int8_t, int8_t)
-KS_QSUMS_LAYER(template, uint8_t)
 KS_QSUMS_LAYER(template, int8_t)
+#endif
 #elif defined(KS_KERNELS_CONVS32)
 KS_KERNEL_LAYER(template, float)
 KS_DOTS_LAYER(template, float)

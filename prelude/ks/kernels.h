@@ -4,7 +4,7 @@
 // ks::conv_depthwise, ks::winograd_kernel and ks::max_pool
 // (ks/gemm.h, ks/conv.h, ks/maxpool.h), and the integer ks::qconv, ks::qconv_depthwise and ks::qmatmul (ks/qconv.h) take every shape, stride and epilogue at run time. For float and double they are
 // compiled from one source, src/ks/kernels.cpp, once per target, instruction set level and part (products and
-// convs per element type, int8: an object each, which a package compiles and links only if it calls them; ksbuild
+// convs per element type, int8 per activation type: an object each, which a package compiles and links only if it calls them; ksbuild
 // keeps the objects in its cache, shared by every package built with the same compiler and flags), and
 // the generated code only calls them: the declarations below tell its compiler not to instantiate them.
 // Their namespace is ks::KS_KERNELS (one per instruction set level in a portable x86-64 build); a

@@ -154,12 +154,15 @@ void depthwise(int part, int parts, int slot, const conv_shape& s, int64_t image
 // Part `part` of ks::conv_winograd(s, images, x, u, y, scratch, epi) (u: the transformed kernel [16][C][M], whose
 // output channels are its last axis: conv_winograd_range takes the range), run by thread `slot`; scratch:
 // room(threads, winograd_scratch<T>(s)) elements. One part per thread: each part of channels
-// transforms the whole image's input tiles again.
+// transforms the whole image's input tiles again. By images only when an image's tiles are whole blocks of
+// winograd::tile_block: conv_winograd's blocks run on from one image into the next, and a part's blocks are then the
+// whole batch's (a tile's sums over the channels are grouped by the block's panels: bit for bit the one-thread build).
 template <class T>
 void winograd(int part, int parts, int slot, const conv_shape& s, int64_t images, const T* x, const T* u, T* y,
               T* scratch, const epilogue<T>& epi = {}) {
     T* mine = scratch + slot * convs::aligned(winograd_scratch<T>(s));
-    if (by_images(images, parts)) {
+    const int64_t tiles = (s.out[1] + 1) / 2 * ((s.out[2] + 1) / 2);
+    if (by_images(images, parts) && tiles % winograd::tile_block<T> == 0) {
         const range r = share(images, 1, part, parts);
         conv_winograd<T>(s, r.size(), x + r.begin * s.channels * s.in_plane(), u,
                          y + r.begin * s.out_channels * s.positions(), mine, epi.group(r.begin, 0));

@@ -752,14 +752,31 @@ void tile_avx2(const uint8_t* a, const uint8_t* b, conv_dim q, const tile_out& o
     }
 }
 
-// The tile this CPU runs best: 2 with AVX-512 VNNI (cpuid leaf 7: ecx bit 11) on top of the AVX-512 level (3 with
+// The highest tile level (below) this object holds: every one, or with KS_QTILE_OWN_LEVEL only those of the level it
+// is compiled for (-march: 0 at x86-64, 1 at x86-64-v3; the AVX-512 levels hold all). The generated CMake defines it
+// for the int8 parts of a portable build's lower levels (kernels_<level>_int8u_own.o): the exports call those only on
+// a CPU of that level (ks::cpu_level()), whose best tile is the level's own, so the other tiles (226 of the baseline
+// object's 313 KB) never ran there; but with <package>_CPU_LEVEL_MAX, which caps the exports' level and not this one,
+// they ran in place of the level's own, with the same results bit for bit. A build for one `cpu` keeps them all: its
+// object runs on any CPU of that level or above.
+#if defined(KS_QTILE_OWN_LEVEL) && !defined(__AVX512F__)
+#ifdef __AVX2__
+constexpr int top_level = 1;
+#else
+constexpr int top_level = 0;
+#endif
+#else
+constexpr int top_level = 3;
+#endif
+
+// The tile level of this CPU: 2 with AVX-512 VNNI (cpuid leaf 7: ecx bit 11) on top of the AVX-512 level (3 with
 // AVX-512 VBMI too, for the in-place depthwise kernels: depthwise_direct), 1 at the AVX2 level, else 0; the level capped by
 // KS_CPU_LEVEL_MAX as ks::cpu_level() caps it. Asked once; the answer kept in a
 // variable of internal linkage (an inline variable would be a GNU unique symbol, which the kernel layer's relocatable
 // object, whose symbols are all its own, must not export).
 [[maybe_unused]] static int tile_level = -1;
 
-static inline int best_level() {
+static inline int cpu_tile_level() {
     int level = __atomic_load_n(&tile_level, __ATOMIC_RELAXED);
     if (level < 0) {
         int cpu = cpu::detect();
@@ -772,6 +789,13 @@ static inline int best_level() {
         __atomic_store_n(&tile_level, level, __ATOMIC_RELAXED);
     }
     return level;
+}
+
+// The tile this CPU runs best of those this object holds: cpu_tile_level() capped by top_level, inlined where it is
+// asked so that GCC sees the cap (a constant) and leaves out the tiles above it.
+__attribute__((always_inline)) static inline int best_level() {
+    const int level = cpu_tile_level();
+    return level < top_level ? level : top_level;
 }
 #endif
 

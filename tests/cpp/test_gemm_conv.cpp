@@ -456,6 +456,70 @@ void winograd_convs(uint64_t& state) {
     }
 }
 
+// ks::conv_winograd with an infinite input value in the middle image of three whose tiles share one block of tiles
+// (conv_winograd's blocks run on from one image into the next): that image again directly (winograd::direct_image,
+// the outputs over the value infinite or NaN as the loops have them), the images before and after it as the loops.
+template <class T>
+void winograd_nonfinite(uint64_t& state) {
+    const ks::conv_shape s{128, 80, 1, {1, 5, 7}, {1, 5, 7}, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
+    const int64_t images = 3;
+    std::vector<T> x(images * s.channels * s.in_plane()), w(s.out_channels * s.depth());
+    std::vector<T> u(16 * s.channels * s.out_channels), y(images * s.out_channels * s.positions());
+    std::vector<T> scratch(ks::winograd_scratch<T>(s) + 64);
+    for (auto& v : x) v = T(noise(state));
+    for (auto& v : w) v = T(noise(state));
+    x[(1 * s.channels + 5) * s.in_plane() + 2 * 7 + 3] = std::numeric_limits<T>::infinity();
+    ks::winograd_kernel<T>(s.out_channels, s.channels, w.data(), u.data());
+    T* aligned = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t(63));
+    ks::conv_winograd<T>(s, images, x.data(), u.data(), y.data(), aligned);
+    const std::vector<T> want = conv_loops<T>(s, images, x, w);
+    double err = 0;
+    int64_t infinite = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+        if (std::isfinite(want[i])) {
+            const double d = std::fabs(double(y[i]) - double(want[i]));
+            err = std::isfinite(y[i]) && d <= err ? err : (std::isfinite(y[i]) ? d : 1e300);
+        } else {
+            ++infinite;
+            const bool same = std::isnan(want[i]) ? std::isnan(y[i]) : y[i] == want[i];
+            err = same ? err : 1e300;
+        }
+    }
+    err = infinite > 0 ? err : 1e300;  // (the value must reach some outputs)
+    report<T>(err, s.depth(), "conv_winograd nonfinite", s.out_channels, s.positions(), s.depth(), 0);
+}
+
+// ks::parts::winograd's parts, run one after another, against ks::conv_winograd over the whole batch, bit for bit:
+// two images split by channels (their tiles are not whole blocks: conv_winograd's blocks run on from one image into
+// the next, and a part of one image would group its tiles' sums otherwise) and two of 64 tiles each (whole blocks: by
+// images).
+template <class T>
+void winograd_parts(uint64_t& state) {
+    struct case_ {
+        int64_t channels, out_channels, side;
+    };
+    const case_ cases[] = {{128, 80, 7}, {136, 64, 11}, {48, 40, 16}};
+    for (const case_& c : cases) {
+        const ks::conv_shape s{c.channels, c.out_channels, 1, {1, c.side, c.side}, {1, c.side, c.side}, {1, 3, 3},
+                               {1, 1, 1}, {1, 1, 1}, {0, 1, 1}};
+        const int64_t images = 2, room = ks::convs::aligned(ks::winograd_scratch<T>(s));
+        std::vector<T> x(images * s.channels * s.in_plane()), w(s.out_channels * s.depth());
+        std::vector<T> u(16 * s.channels * s.out_channels), whole(images * s.out_channels * s.positions());
+        std::vector<T> parts(whole.size()), scratch(ks::parts::room(2, room) + 64);
+        for (auto& v : x) v = T(noise(state));
+        for (auto& v : w) v = T(noise(state));
+        ks::winograd_kernel<T>(s.out_channels, s.channels, w.data(), u.data());
+        T* aligned = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t(63));
+        ks::conv_winograd<T>(s, images, x.data(), u.data(), whole.data(), aligned);
+        for (int part = 0; part < 2; ++part) {
+            ks::parts::winograd<T>(part, 2, part, s, images, x.data(), u.data(), parts.data(), aligned);
+        }
+        const bool same = std::memcmp(whole.data(), parts.data(), whole.size() * sizeof(T)) == 0;
+        report<T>(same ? 0.0 : 1e300, s.depth(), "parts::winograd bit for bit", s.out_channels, s.positions(),
+                  s.depth(), 0);
+    }
+}
+
 // Pointwise convolutions whose planes crowd the L1 cache's sets (ks/conv.h: convs::crowded, float on AVX2 and AVX-512):
 // MobileNetV2's 144 → 24 at 56 × 56 (12544-byte planes, 16 sets: 9 lines a set) and 72 → 8 (4.5 a set), which must run
 // by the `panels` method there and by the direct one elsewhere; 24 → 40 at 56 × 56 (1.5 lines a set), 32 → 16 at
@@ -962,6 +1026,10 @@ int main(int argc, char** argv) {
     depthwise_cl_convs<double>(state);
     winograd_convs<float>(state);
     winograd_convs<double>(state);
+    winograd_nonfinite<float>(state);
+    winograd_nonfinite<double>(state);
+    winograd_parts<float>(state);
+    winograd_parts<double>(state);
     std::printf("%d checks, %d failed (tile %d x %d panels, one check in %d)\n", runs, failures,
                 ks::tiles::row_block, ks::tiles::panel_block, keep_every);
     return failures != 0;
