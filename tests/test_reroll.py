@@ -15,6 +15,7 @@ from conftest import DEBUG, ROOT
 torch = pytest.importorskip("torch")
 import reroll_models as models  # noqa: E402
 
+import ksbuild.frontends.torch_export.capture as capture_module  # noqa: E402
 from ksbuild.ir.builder import Builder  # noqa: E402
 from ksbuild.ir.core import Lit, Var  # noqa: E402
 from ksbuild.ir.interp import eval_func  # noqa: E402
@@ -25,15 +26,23 @@ from ksbuild.transforms.reroll import Run, find_runs, reroll  # noqa: E402
 from ksbuild.transforms.vjp import grad_func, vjp_func  # noqa: E402
 
 MODELS_FILE = ROOT / "tests" / "reroll_models.py"
+REAL_CAPTURE = capture_module.capture
 TOL = dict(rtol=1e-10, atol=1e-12)
+
+
+@functools.lru_cache(maxsize=None)
+def captured(make: str):
+    """torch.export's capture of reroll_models' make_<name>, made once in this module: unrolled() and the compiled
+    package's build (ksbuild.build, in this process: the `pkg` fixture) take the same one (the capture is most of
+    their time; the importer, the passes and the compile still run for each)."""
+    return REAL_CAPTURE(str(MODELS_FILE), Path("."), make, None)
 
 
 @functools.lru_cache(maxsize=None)
 def unrolled(name: str):
     """The frontend's function of make_<name> before reroll (torch.export's unrolled steps)."""
-    from ksbuild.frontends.torch_export.capture import capture
     from ksbuild.frontends.torch_export.importer import Importer
-    return Importer(capture(str(MODELS_FILE), Path("."), f"make_{name}", None)).run(name)
+    return Importer(captured(f"make_{name}")).run(name)
 
 
 @functools.lru_cache(maxsize=None)
@@ -189,7 +198,14 @@ def pkg(tmp_path_factory):
         '[kernels.gates]', f'torch = "{MODELS_FILE}:make_gates_12"', '',
         '[exports]', 'F = "adbench"', 'G = "grad(adbench, argnums=(0, 1))"', 'gates = "gates"',
         'gates_vjp = "vjp(gates)"', '']))
-    return ksbuild.build(path, optimize=DEBUG)
+
+    def shared(source, root, make, loc):
+        if (Path(root) / source).resolve() != MODELS_FILE.resolve():
+            return REAL_CAPTURE(source, root, make, loc)
+        return captured(make)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(capture_module, "capture", shared)
+        return ksbuild.build(path, optimize=DEBUG)
 
 
 def test_compiled_matches_torch(pkg):
