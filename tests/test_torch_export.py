@@ -7,6 +7,7 @@ import copy
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,7 +34,28 @@ def _manifest(folder, name: str, kernels: dict[str, str], exports: dict[str, str
 
 
 @pytest.fixture(scope="module")
-def pkg(tmp_path_factory):
+def captures():
+    """torch.export's capture of each model of MODELS_FILE made once in this module: the packages' builds
+    (ksbuild.build, in this process) take the same capture of the MLP and the CNN (the weights are embedded or
+    made arguments by the importer, after the capture)."""
+    import importlib
+    module = importlib.import_module("ksbuild.frontends.torch_export.capture")
+    real, done = module.capture, {}
+
+    def once(source, root, make, loc):
+        key = ((Path(root) / source).resolve(), make)
+        if key[0] != MODELS_FILE.resolve():
+            return real(source, root, make, loc)
+        if key not in done:
+            done[key] = real(source, root, make, loc)
+        return done[key]
+    module.capture = once
+    yield done
+    module.capture = real
+
+
+@pytest.fixture(scope="module")
+def pkg(tmp_path_factory, captures):
     """One package with every model and its vjp (weights embedded)."""
     import ksbuild
     folder = tmp_path_factory.mktemp("torch_models")
@@ -43,7 +65,7 @@ def pkg(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def pkg_external(tmp_path_factory):
+def pkg_external(tmp_path_factory, captures):
     """The MLP and the CNN with weights = "external": parameters and buffers are arguments."""
     import ksbuild
     folder = tmp_path_factory.mktemp("torch_models_ext")

@@ -31,7 +31,29 @@ def _manifest(folder, kernels: dict[str, str]):
 
 
 @pytest.fixture(scope="module")
-def pkg(tmp_path_factory):
+def captures():
+    """torch.export's capture of each make function of MODELS_FILE made once in this module: the package's build
+    (ksbuild.build, in this process) and test_library_nodes_name_the_library_line take the same capture of
+    GPT-2."""
+    import importlib
+    from pathlib import Path
+    module = importlib.import_module("ksbuild.frontends.torch_export.capture")
+    real, done = module.capture, {}
+
+    def once(source, root, make, loc):
+        key = ((Path(root) / source).resolve(), make)
+        if key[0] != MODELS_FILE.resolve():
+            return real(source, root, make, loc)
+        if key not in done:
+            done[key] = real(source, root, make, loc)
+        return done[key]
+    module.capture = once
+    yield done
+    module.capture = real
+
+
+@pytest.fixture(scope="module")
+def pkg(tmp_path_factory, captures):
     """GPT-2 (without and with its cache), BERT and the op modules, compiled once."""
     import ksbuild
     kernels = {k: make.__name__ for k, make in {**models.TRANSFORMERS, **models.OPS, **models.BATCHED}.items()}
@@ -142,12 +164,12 @@ def test_unsupported_op_names_the_helper_line_and_the_caller(tmp_path):
     assert "torch.cummax(x, dim=1)" in text and "called from" in text and "running_max(x) * 2" in text
 
 
-def test_library_nodes_name_the_library_line(tmp_path):
+def test_library_nodes_name_the_library_line(tmp_path, captures):
     """A node transformers made names transformers' line, called from ... the user's forward (here the
     make file has no forward: the model is transformers' own, so the chain ends in transformers)."""
-    from ksbuild.frontends.torch_export.capture import capture
+    from ksbuild.frontends.torch_export import capture as capture_module
     from ksbuild.frontends.torch_export.importer import Importer
-    captured = capture(MODELS_FILE.name, MODELS_FILE.parent, "make_gpt2", None)
+    captured = capture_module.capture(MODELS_FILE.name, MODELS_FILE.parent, "make_gpt2", None)
     imp = Importer(captured)
     node = next(n for n in captured.program.graph.nodes if n.op == "call_function" and "addmm" in str(n.target))
     loc = imp.node_loc(node)
