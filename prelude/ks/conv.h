@@ -3423,11 +3423,13 @@ constexpr bool by_plane(const conv_shape& s) {
 #endif
 }
 
-// On AVX2 (8 lanes, by_rows8): 3 × 3 at stride 1 only, output rows of at least 56, and the vectors between a row's
-// first two and last two read only the row's columns (8·(T - 3) + 7 + K - 1 - pad_w < W for T = ceil(OW / 8)
-// vectors). (Measured on a Zen 3, one image, bias + ReLU6, against across: 32 ch at 112² 0.6-0.7 of its time, 144 ch
-// at 56² 0.8-1.0, but 192 ch at 28² 1.3, 88 ch at 28² 1.15-1.3 and 5 × 5 at 28² 2.2: those stay across channels.)
-constexpr conv_dim rows_min_width8[2] = {56, 56};
+// On AVX2 (8 lanes, by_rows8): 3 × 3 only, output rows of at least 112 at stride 1 and 56 at stride 2, and the
+// vectors between a row's first two and last two read only the row's columns (stride 1: 8·(T - 3) + 7 + K - 1 - pad_w
+// < W for T = ceil(OW / 8) vectors). (Measured on a Zen 3, one image, bias + ReLU6, against across: 32 ch at 112²
+// 0.55-0.8 of its time, 96 ch 112² → 56² 0.92, 16 ch 0.82; 144 ch at 56² 0.8-1.0 alone but slower in the network in
+// two of three network_steps.py runs; 192 ch at 28² 1.3, 88 ch at 28² 1.15-1.3, 5 × 5 at 28² 2.2 and stride 2 to 28
+// wide 1.0-1.45: those stay across channels.)
+constexpr conv_dim rows_min_width8[2] = {112, 56};
 constexpr bool by_rows_fits8(const conv_shape& s) {
     return by_rows_fits(s) && s.kernel[1] == 3 && s.out[2] >= rows_min_width8[s.stride[1] - 1] &&
            (s.stride[1] == 2 ? 2 * s.out[2] - s.pad[2] - s.in[2] <= 16

@@ -737,9 +737,10 @@ void depthwise_convs(uint64_t& state) {
             check_conv<T>(s, 1 + trial % 2, trial & 4, 2, state);
         }
     }
-    // Rows in place on AVX2 (ks::depthwise::by_rows_fits8: 3 × 3 at strides 1 and 2, output rows of at least 56, 8
-    // outputs a vector): rows 56 to 71 outputs wide (every partial last vector of 8 and none), padding 0, 1 or 2 on
-    // both sides, an input column past the last window, 1 to 7 rows (blocks of 3 or 2 rows and the rows after them).
+    // Rows in place on AVX2 (ks::depthwise::by_rows_fits8: 3 × 3, output rows of at least 112 at stride 1 and 56 at
+    // stride 2, 8 outputs a vector): rows 112 to 127 and 56 to 71 outputs wide (every partial last vector of 8 and
+    // none), padding 0, 1 or 2 on both sides, an input column past the last window, 1 to 7 rows (blocks of 3 or 2
+    // rows and the rows after them).
     for (int trial = 0; trial < 48; ++trial) {
         ks::conv_shape s{};
         s.channels = s.groups = s.out_channels = 1 + trial % 5;
@@ -750,7 +751,7 @@ void depthwise_convs(uint64_t& state) {
             s.stride[a] = stride;
             s.dilation[a] = 1;
             s.pad[a] = trial / 2 % 3;
-            s.out[a] = a == 2 ? 56 + trial % 16 : 1 + trial % 7;
+            s.out[a] = a == 2 ? 56 * (3 - stride) + trial / 2 % 16 : 1 + trial % 7;
             s.in[a] = (s.out[a] - 1) * stride + 3 - 2 * s.pad[a] + (trial % 5 == 0 ? stride - 1 : 0);
         }
         if (s.in[1] >= 1) {
