@@ -3448,10 +3448,25 @@ constexpr bool by_plane(const conv_shape& s) {
 #endif
 }
 
+// On AVX2 (8 lanes, by_rows8): 3 × 3 only, output rows of at least 112 at stride 1 and 56 at stride 2, and the
+// vectors between a row's first two and last two read only the row's columns (stride 1: 8·(T - 3) + 7 + K - 1 - pad_w
+// < W for T = ceil(OW / 8) vectors). (Measured on a Zen 3, one image, bias + ReLU6, against across: 32 ch at 112²
+// 0.55-0.8 of its time, 96 ch 112² → 56² 0.92, 16 ch 0.82; 144 ch at 56² 0.8-1.0 alone but slower in the network in
+// two of three network_steps.py runs; 192 ch at 28² 1.3, 88 ch at 28² 1.15-1.3, 5 × 5 at 28² 2.2 and stride 2 to 28
+// wide 1.0-1.45: those stay across channels.)
+constexpr conv_dim rows_min_width8[2] = {112, 56};
+constexpr bool by_rows_fits8(const conv_shape& s) {
+    return by_rows_fits(s) && s.kernel[1] == 3 && s.out[2] >= rows_min_width8[s.stride[1] - 1] &&
+           (s.stride[1] == 2 ? 2 * s.out[2] - s.pad[2] - s.in[2] <= 16
+                             : s.out[2] + s.kernel[2] - 1 - s.pad[2] - s.in[2] <= 9);
+}
+
 template <class T>
 constexpr bool by_rows(const conv_shape& s) {
 #if defined(__AVX512F__)
     return std::is_same_v<T, float> && by_rows_fits(s);
+#elif defined(__AVX2__)
+    return std::is_same_v<T, float> && by_rows_fits8(s);
 #else
     return s.out[0] < 0;  // (never; constexpr and s used on every level)
 #endif
@@ -3844,6 +3859,221 @@ __attribute__((noinline)) inline void plane_images(const conv_shape& s, conv_dim
         plane_channels(s, x + image * C * n, w, y + image * C * n, eg);
     }
 }
+#elif defined(__AVX2__)
+// by_rows on AVX2 (by_rows_fits8: 3 × 3 at strides 1 and 2): the same walk as AVX-512's with 8 outputs a vector.
+// The vectors between a row's first two and last two (`Inner`) load and store whole vectors; the others load the
+// taps that reach past the row through AVX2's masked moves (vmaskmovps: no fault on a lane left out) and store a
+// partial last vector by 4, 2 and 1 lanes. At stride 2 an input row's 16 columns from the vector's first tap on
+// (two loads) give taps 0 and 1 as their even and odd places, two more loads from 2 columns on give tap 2: vshufps
+// takes places [0 2 8 10 | 4 6 12 14] (or the odd ones) of each pair, so every tap's lanes hold outputs
+// [0 1 4 5 2 3 6 7] of the vector, and the sums are put in order once (vpermpd) before they are stored.
+constexpr int RL = 8;
+
+// The first n < 8 lanes of v stored at out, by 4, 2 and 1 (not vmaskmovps: a row's last vector, 28 wide, took 1.6
+// of across's time with it on a Zen 3).
+__attribute__((always_inline)) inline void store_first(float* out, __m256 v, int n) {
+    __m128 q = _mm256_castps256_ps128(v);
+    if (n >= 4) {
+        _mm_storeu_ps(out, q);
+        q = _mm256_extractf128_ps(v, 1);
+        out += 4;
+        n -= 4;
+    }
+    if (n >= 2) {
+        _mm_storel_pi(reinterpret_cast<__m64*>(out), q);
+        q = _mm_movehl_ps(q, q);
+        out += 2;
+        n -= 2;
+    }
+    if (n >= 1) {
+        _mm_store_ss(out, q);
+    }
+}
+
+// The 3 × 3 weights of a channel, broadcast once into 9 registers.
+struct tap_weights8 {
+    __m256 v[9];
+    explicit tap_weights8(const float* wc) {
+#pragma GCC unroll 9
+        for (int i = 0; i < 9; ++i) {
+            v[i] = _mm256_broadcast_ss(wc + i);
+        }
+    }
+};
+
+// The loads of one input row a vector of outputs makes (stride 1: one per tap, from column at + kw; stride 2: from
+// columns at, at + 8, at + 2 and at + 10) and their places from `at`.
+template <int S>
+constexpr int row_loads8 = S == 1 ? 3 : 4;
+template <int S>
+constexpr int load_place8(int j) {
+    return S == 1 ? j : (j & 1) * 8 + (j >> 1) * 2;
+}
+
+// The column masks of one vector of outputs: its loads' (lanes [a[j], b[j]) in the row; full[j]: all 8, loaded
+// whole) and the outputs it stores (count: 1 to 8). (As lane bounds, not vectors: four vectors' masks in the frame of
+// rows_images8 made it 0.6-0.9 KB.)
+template <int S>
+struct column_masks8 {
+    int8_t a[row_loads8<S>], b[row_loads8<S>];
+    bool full[row_loads8<S>];
+    int8_t count;
+};
+
+// Lanes [a, b) of a vector, as a mask.
+__attribute__((always_inline)) inline __m256i range_mask(int a, int b) {
+    const __m256i l = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(a), l), _mm256_cmpgt_epi32(_mm256_set1_epi32(b), l));
+}
+
+// The column masks of a row's vectors, made once per call: vectors 0, 1, T - 2 and T - 1 (T vectors to a row); the
+// vectors between read whole vectors (by_rows_fits8).
+template <int S>
+struct row_masks8 {
+    column_masks8<S> edge[4];
+    conv_dim T;
+
+    row_masks8(conv_dim W, conv_dim OW, conv_dim pw) : T(tiles::index_div(OW + RL - 1, RL)) {
+        const conv_dim at[4] = {0, 1, T - 2, T - 1};
+#pragma GCC unroll 1
+        for (int e = 0; e < 4; ++e) {
+            const conv_dim ow = RL * at[e], x = S * ow - pw;
+#pragma GCC unroll 1
+            for (int j = 0; j < row_loads8<S>; ++j) {
+                const conv_dim c = x + load_place8<S>(j);
+                edge[e].a[j] = int8_t(c >= 0 ? 0 : -c < RL ? -c : RL);
+                edge[e].b[j] = int8_t(W - c >= RL ? RL : W - c > 0 ? W - c : 0);
+                edge[e].full[j] = c >= 0 && c + RL <= W;
+            }
+            edge[e].count = int8_t(OW - ow < RL ? OW - ow : RL);
+        }
+    }
+    const column_masks8<S>& of(conv_dim t) const { return edge[t < 2 ? t : t - T + 4]; }
+};
+
+// R output rows [oh, oh + R) of the 8 outputs from column ow on (their first tap's column at): each of the
+// (R - 1)·S + 3 input rows they read loaded once (its 3 column taps) and added into every output row that reads it.
+// Masked loads through c unless Inner (every tap and output inside the row).
+template <int S, int R, bool Inner>
+__attribute__((always_inline)) inline void rows_block8(const float* xc, conv_dim H, conv_dim W, conv_dim OW,
+                                                       conv_dim oh, conv_dim top, conv_dim at,
+                                                       const tap_weights8& wc, const column_masks8<S>* c, bool on,
+                                                       const affine<float>& fin, float b, float* yc) {
+    constexpr int K = 3, J = row_loads8<S>;
+    __m256 acc[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+        acc[r] = _mm256_setzero_ps();
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < (R - 1) * S + K; ++i) {
+        if (top + i < 0 || top + i >= H) {
+            continue;
+        }
+        const float* row = xc + (top + i) * W + at;
+        __m256 l[J], v[K];
+#pragma GCC unroll 4
+        for (int j = 0; j < J; ++j) {
+            const float* p = row + load_place8<S>(j);
+            l[j] = Inner || c->full[j] ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, range_mask(c->a[j], c->b[j]));
+        }
+        if constexpr (S == 1) {
+            v[0] = l[0];
+            v[1] = l[1];
+            v[2] = l[2];
+        } else {
+            v[0] = _mm256_shuffle_ps(l[0], l[1], 0x88);
+            v[1] = _mm256_shuffle_ps(l[0], l[1], 0xDD);
+            v[2] = _mm256_shuffle_ps(l[2], l[3], 0x88);
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+            const int kh = i - r * S;
+            if (kh >= 0 && kh < K) {
+#pragma GCC unroll 8
+                for (int kw = 0; kw < K; ++kw) {
+                    acc[r] = _mm256_fmadd_ps(wc.v[kh * K + kw], v[kw], acc[r]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+        if constexpr (S == 2) {
+            acc[r] = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(acc[r]), 0xD8));
+        }
+        if (on) {
+            tiles::simd<float>::v t = acc[r];
+            acc[r] = tiles::finish<float>(t, fin, b);
+        }
+        if (Inner || c->count == RL) {
+            _mm256_storeu_ps(yc + (oh + r) * OW, acc[r]);
+        } else {
+            store_first(yc + (oh + r) * OW, acc[r], c->count);
+        }
+    }
+}
+
+// Output rows [oh, oh + R) across the row, 8 outputs at a time.
+template <int S, int R>
+__attribute__((always_inline)) inline void rows_across8(const float* xc, conv_dim H, conv_dim W, conv_dim OW,
+                                                        conv_dim oh, conv_dim top, conv_dim pw,
+                                                        const tap_weights8& wc, const row_masks8<S>& m, bool on,
+                                                        const affine<float>& fin, float b, float* yc) {
+    const conv_dim T = m.T, i1 = T - 2 > 2 ? T - 2 : 2;
+    for (conv_dim t = 0; t < (T < 2 ? T : 2); ++t) {
+        rows_block8<S, R, false>(xc, H, W, OW, oh, top, S * RL * t - pw, wc, &m.of(t), on, fin, b, yc + RL * t);
+    }
+    for (conv_dim t = 2; t < i1; ++t) {
+        rows_block8<S, R, true>(xc, H, W, OW, oh, top, S * RL * t - pw, wc, nullptr, on, fin, b, yc + RL * t);
+    }
+    for (conv_dim t = i1; t < T; ++t) {
+        rows_block8<S, R, false>(xc, H, W, OW, oh, top, S * RL * t - pw, wc, &m.of(t), on, fin, b, yc + RL * t);
+    }
+}
+
+// One channel's output plane yc from its input plane xc and its 3 × 3 weights wc, the affine fin in registers: R
+// rows at a time (3 at stride 1, 2 at stride 2), then row by row.
+template <int S>
+KS_OWN_FRAME void rows_plane8(const conv_shape& s, const float* xc, const float* wc, float* yc,
+                              const affine<float>& fin, const row_masks8<S>& m) {
+    constexpr int R = S == 1 ? 3 : 2;
+    const conv_dim H = s.in[1], W = s.in[2], OH = s.out[1], OW = s.out[2], ph = s.pad[1], pw = s.pad[2];
+    const affine<float> f = fin;
+    const tap_weights8 wt(wc);
+    const bool on = bool(f);
+    const float b = on && f.bias != nullptr ? f.bias[0] : 0.0f;
+    conv_dim oh = 0;
+    for (; oh + R <= OH; oh += R) {
+        rows_across8<S, R>(xc, H, W, OW, oh, oh * S - ph, pw, wt, m, on, f, b, yc);
+    }
+    for (; oh < OH; ++oh) {
+        rows_across8<S, 1>(xc, H, W, OW, oh, oh * S - ph, pw, wt, m, on, f, b, yc);
+    }
+}
+
+template <int S>
+__attribute__((noinline)) void rows_images8(const conv_shape& s, conv_dim images, const float* x, const float* w,
+                                            float* y, const epilogue<float>& epi) {
+    const conv_dim taps = s.taps(), n = s.positions(), in = s.in_plane(), C = s.channels;
+    const row_masks8<S> m(s.in[2], s.out[2], s.pad[2]);
+    for (conv_dim image = 0; image < images; ++image) {
+        const epilogue<float> eg = epi.group(image, 0);
+        for (conv_dim c = 0; c < C; ++c) {
+            float* yc = y + (image * C + c) * n;
+            const affine<float> fin = eg.in_registers(c);
+            rows_plane8<S>(s, x + (image * C + c) * in, w + c * taps, yc, fin, m);
+            if (!fin) {
+                eg(c, 0, yc, n, 1, 1, n);
+            }
+        }
+    }
+}
+
+inline void rows_channels(const conv_shape& s, conv_dim images, const float* x, const float* w, float* y,
+                          const epilogue<float>& epi) {
+    s.stride[1] == 2 ? rows_images8<2>(s, images, x, w, y, epi) : rows_images8<1>(s, images, x, w, y, epi);
+}
 #endif
 
 }  // namespace depthwise
@@ -3883,12 +4113,16 @@ void conv_depthwise(const conv_shape& s, int64_t images, const T* x, const T* w,
     const int64_t per = tiles::index_div(s.out_channels, s.channels), taps = s.taps(), n = s.positions(), plane = s.out[1] * s.out[2];
     const int64_t depth_step = s.stride[0] * depthwise::depth_plane(s);
     const bool flat = depthwise::flat<T>(s);
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
     if constexpr (std::is_same_v<T, float>) {
         if (depthwise::by_rows<T>(s)) {
             depthwise::rows_channels(s, images, x, w, y, epi);
             return;
         }
+    }
+#endif
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
         if (depthwise::by_plane<T>(s)) {
             depthwise::plane_images(s, images, x, w, y, epi);
             return;

@@ -801,6 +801,27 @@ void depthwise_convs(uint64_t& state) {
             check_conv<T>(s, 1 + trial % 2, trial & 4, 2, state);
         }
     }
+    // Rows in place on AVX2 (ks::depthwise::by_rows_fits8: 3 × 3, output rows of at least 112 at stride 1 and 56 at
+    // stride 2, 8 outputs a vector): rows 112 to 127 and 56 to 71 outputs wide (every partial last vector of 8 and
+    // none), padding 0, 1 or 2 on both sides, an input column past the last window, 1 to 7 rows (blocks of 3 or 2
+    // rows and the rows after them).
+    for (int trial = 0; trial < 48; ++trial) {
+        ks::conv_shape s{};
+        s.channels = s.groups = s.out_channels = 1 + trial % 5;
+        s.in[0] = s.out[0] = s.kernel[0] = s.stride[0] = s.dilation[0] = 1;
+        const int64_t stride = 1 + trial % 2;
+        for (int a = 1; a < 3; ++a) {
+            s.kernel[a] = 3;
+            s.stride[a] = stride;
+            s.dilation[a] = 1;
+            s.pad[a] = trial / 2 % 3;
+            s.out[a] = a == 2 ? 56 * (3 - stride) + trial / 2 % 16 : 1 + trial % 7;
+            s.in[a] = (s.out[a] - 1) * stride + 3 - 2 * s.pad[a] + (trial % 5 == 0 ? stride - 1 : 0);
+        }
+        if (s.in[1] >= 1) {
+            check_conv<T>(s, 1 + trial % 2, trial & 4, 2, state);
+        }
+    }
     // Small planes flat (on AVX-512, ks::depthwise::by_plane: 3 × 3 at stride 1 with one place of padding, rows
     // narrower than 28, at most 256 positions): 1 to 16 rows of 1 to 27 (a vector spanning 1 to 16 rows, a partial last
     // vector or none, the last block of 4 vectors past the plane), and planes of more than 256 positions (across).
