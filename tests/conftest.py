@@ -180,3 +180,27 @@ def build_and_run_app(app: Path, prefix: Path, build: Path, exe: str):
                    capture_output=True)
     subprocess.run([cmake, "--build", str(build)], check=True, capture_output=True)
     return subprocess.run([str(build / exe)], capture_output=True, text=True)
+
+
+def captures_once(models_file: Path):
+    """A generator for a module fixture: while it is suspended, torch.export's capture of each make function of
+    `models_file` is made once (ksbuild.frontends.torch_export.capture.capture patched; other files captured as
+    usual) and shared by the IR tests and the packages' builds (ksbuild.build, in this process) of the module:
+    torch.export and run_decompositions are most of their time, the importer, the pipeline and the compile still
+    run for each. Yields the captures made, by (file, make)."""
+    import importlib
+    module = importlib.import_module("ksbuild.frontends.torch_export.capture")
+    real, done = module.capture, {}
+
+    def once(source, root, make, loc):
+        key = ((Path(root) / source).resolve(), make)
+        if key[0] != models_file.resolve():
+            return real(source, root, make, loc)
+        if key not in done:
+            done[key] = real(source, root, make, loc)
+        return done[key]
+    module.capture = once
+    try:
+        yield done
+    finally:
+        module.capture = real

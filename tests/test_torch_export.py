@@ -7,11 +7,10 @@ import copy
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import DEBUG, ROOT
+from conftest import DEBUG, ROOT, captures_once
 
 torch = pytest.importorskip("torch")
 import torch_export_models as models  # noqa: E402
@@ -38,20 +37,7 @@ def captures():
     """torch.export's capture of each model of MODELS_FILE made once in this module: the packages' builds
     (ksbuild.build, in this process) take the same capture of the MLP and the CNN (the weights are embedded or
     made arguments by the importer, after the capture)."""
-    import importlib
-    module = importlib.import_module("ksbuild.frontends.torch_export.capture")
-    real, done = module.capture, {}
-
-    def once(source, root, make, loc):
-        key = ((Path(root) / source).resolve(), make)
-        if key[0] != MODELS_FILE.resolve():
-            return real(source, root, make, loc)
-        if key not in done:
-            done[key] = real(source, root, make, loc)
-        return done[key]
-    module.capture = once
-    yield done
-    module.capture = real
+    yield from captures_once(MODELS_FILE)
 
 
 @pytest.fixture(scope="module")

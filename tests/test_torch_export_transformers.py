@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import DEBUG, ROOT
+from conftest import DEBUG, ROOT, captures_once
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -35,21 +35,7 @@ def captures():
     """torch.export's capture of each make function of MODELS_FILE made once in this module: the package's build
     (ksbuild.build, in this process) and test_library_nodes_name_the_library_line take the same capture of
     GPT-2."""
-    import importlib
-    from pathlib import Path
-    module = importlib.import_module("ksbuild.frontends.torch_export.capture")
-    real, done = module.capture, {}
-
-    def once(source, root, make, loc):
-        key = ((Path(root) / source).resolve(), make)
-        if key[0] != MODELS_FILE.resolve():
-            return real(source, root, make, loc)
-        if key not in done:
-            done[key] = real(source, root, make, loc)
-        return done[key]
-    module.capture = once
-    yield done
-    module.capture = real
+    yield from captures_once(MODELS_FILE)
 
 
 @pytest.fixture(scope="module")

@@ -11,11 +11,10 @@ clamps in one form. The compiled torch.export package matches torch at two batch
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, captures_once
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnx")
@@ -99,20 +98,7 @@ def captures():
     """torch.export's capture of each image block made once in this module: the IR tests and the package's build
     (ksbuild.build, in this process) take the same capture (torch.export and run_decompositions are most of their
     time; the frontend's importer, the pipeline and the compile still run for each)."""
-    import importlib
-    module = importlib.import_module("ksbuild.frontends.torch_export.capture")
-    real, done = module.capture, {}
-
-    def once(source, root, make, loc):
-        key = ((Path(root) / source).resolve(), make)
-        if key[0] != IMAGES_FILE.resolve():
-            return real(source, root, make, loc)
-        if key not in done:
-            done[key] = real(source, root, make, loc)
-        return done[key]
-    module.capture = once
-    yield done
-    module.capture = real
+    yield from captures_once(IMAGES_FILE)
 
 
 def _equations(f) -> list[str]:
