@@ -264,17 +264,16 @@ def no_grad_regions(module, file: Path) -> bool:
         if node.op == "call_function" and node.target is torch.ops.higher_order.wrap_with_set_grad_enabled:
             if node.args[0]:
                 raise KsbuildError("a torch.enable_grad() (or set_grad_enabled(True)) region in the exported program "
-                                   "is not supported", _traced_line(node, file),
+                                   "is not supported", node_origin(node, file) or Location(str(file)),
                                    hint="export the model with gradients enabled, no_grad regions inside it")
             found = True
             no_grad_regions(getattr(module, node.args[1].target), file)
     return found
 
 
-def _traced_line(node, file: Path) -> Location:
-    """The user's line in a node's stack trace, else the model's file."""
-    frames = traceback.StackSummary.from_list(parse_trace(node.meta.get("stack_trace") or ""))
-    return origin_frame(frames, file) or Location(str(file))
+def node_origin(node, file: Path) -> Location | None:
+    """The line that made an FX node (origin_frame of its recorded stack trace), or None."""
+    return origin_frame(traceback.StackSummary.from_list(parse_trace(node.meta.get("stack_trace") or "")), file)
 
 
 def _decompose(program, file: Path):
@@ -297,8 +296,7 @@ def _decomposition_error(exc: Exception, file: Path) -> KsbuildError:
     if node is None:
         return KsbuildError(message, user_frame(traceback.extract_tb(exc.__traceback__), file) or Location(str(file)))
     label = f"{node.name} ({node.target})"
-    frames = traceback.StackSummary.from_list(parse_trace(node.meta.get("stack_trace") or ""))
-    loc = origin_frame(frames, file)
+    loc = node_origin(node, file)
     return KsbuildError(message, replace(loc, node=label) if loc else Location(str(file), node=label))
 
 
